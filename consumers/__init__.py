@@ -1,0 +1,1 @@
+"""The wire: Kafka consumer loop, message contract, offsets, dead letters, client."""

