@@ -105,4 +105,3 @@ def result_key(request_id: str) -> bytes:
 
 def dump_result(result: InferenceResult) -> bytes:
     return result.model_dump_json(exclude_none=False).encode()
-

@@ -70,8 +70,9 @@ class EmbeddedBroker:
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
                 raise RuntimeError(f"broker exited with code {self._proc.returncode}")
-            with contextlib.suppress(OSError), socket.create_connection(
-                (self.host, self.port), timeout=0.2
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection((self.host, self.port), timeout=0.2),
             ):
                 return
             time.sleep(0.05)

@@ -1,0 +1,102 @@
+"""A small publishing client for users: send requests, await their results.
+
+Built on kafka-python (blocking, no event loop needed). Results are read by
+assigning the results topic's partitions directly, from the end offsets taken
+before publishing, so no consumer group join is needed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+import orjson
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from consumers.contract import InferenceRequest, InferenceResult
+
+DEFAULT_TOPIC = "inferlane.requests"
+DEFAULT_RESULTS = "inferlane.results"
+
+
+class InferlaneClient:
+    def __init__(self, bootstrap: str, *, results_topic: str = DEFAULT_RESULTS) -> None:
+        self._bootstrap = bootstrap
+        self._results_topic = results_topic
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+        self._consumer: KafkaConsumer | None = None
+
+    def watch_results(self) -> None:
+        """Start reading results from now on; call before publishing what you await."""
+        consumer = KafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False)
+        partitions = consumer.partitions_for_topic(self._results_topic) or set()
+        tps = [TopicPartition(self._results_topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        for tp, end in consumer.end_offsets(tps).items():
+            consumer.seek(tp, end)
+        self._consumer = consumer
+
+    def send_raw(
+        self, value: bytes, *, key: bytes | None = None, topic: str = DEFAULT_TOPIC
+    ) -> None:
+        self._producer.send(topic, key=key, value=value)
+
+    def publish(
+        self,
+        requests: Iterable[InferenceRequest | Mapping[str, Any]],
+        *,
+        topic: str = DEFAULT_TOPIC,
+    ) -> list[str]:
+        """Validate and send each request, keyed by its id; return the ids in order."""
+        ids = []
+        for item in requests:
+            request = (
+                item
+                if isinstance(item, InferenceRequest)
+                else InferenceRequest.model_validate(item)
+            )
+            value = request.model_dump_json(exclude_none=True).encode()
+            self.send_raw(value, key=request.request_id.encode(), topic=topic)
+            ids.append(request.request_id)
+        self._producer.flush()
+        return ids
+
+    def flush(self) -> None:
+        self._producer.flush()
+
+    def results(self, ids: Iterable[str], *, timeout_s: float = 60.0) -> dict[str, InferenceResult]:
+        """Results for ``ids`` (first one seen per id); raises TimeoutError with what is
+        missing if they do not all arrive in time."""
+        if self._consumer is None:
+            raise RuntimeError("call watch_results() before publishing")
+        wanted, found = set(ids), dict[str, InferenceResult]()
+        deadline = time.monotonic() + timeout_s
+        while wanted - found.keys():
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                missing = len(wanted - found.keys())
+                raise TimeoutError(f"{missing} of {len(wanted)} results did not arrive")
+            for messages in self._consumer.poll(timeout_ms=min(left_ms, 500)).values():
+                for m in messages:
+                    result = InferenceResult.model_validate(orjson.loads(m.value))
+                    if result.request_id in wanted:
+                        found.setdefault(result.request_id, result)
+        return found
+
+    def close(self) -> None:
+        self._producer.close()
+        if self._consumer is not None:
+            self._consumer.close()
+
+    def __enter__(self) -> InferlaneClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,89 @@
+"""The Kafka side of intake: a consumer group over the lane topics.
+
+A thin facade over aiokafka: fetch raw records, pause/resume topics for
+backpressure, seek and commit positions, and hand rebalances to the owner.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
+from consumers.offsets import TopicPartitionKey
+from consumers.records import RawRecord, SourceRef
+
+PartitionsCallback = Callable[[set[TopicPartitionKey]], Awaitable[None]]
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, on_assigned: PartitionsCallback, on_revoked: PartitionsCallback) -> None:
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        await self._on_revoked({(tp.topic, tp.partition) for tp in revoked})
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        await self._on_assigned({(tp.topic, tp.partition) for tp in assigned})
+
+
+class Ingress:
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        topics: list[str],
+        group_id: str,
+        client_id: str,
+        max_records: int,
+        max_message_bytes: int,
+        session_timeout_ms: int,
+    ) -> None:
+        self._topics = topics
+        self._max_records = max_records
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=group_id,
+            client_id=client_id,
+            enable_auto_commit=False,  # we commit only what is durable
+            auto_offset_reset="earliest",
+            # Oversized records must still arrive, so that they can be dead-lettered.
+            max_partition_fetch_bytes=max(1_048_576, 2 * max_message_bytes),
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=max(1000, session_timeout_ms // 10),
+        )
+
+    async def start(self, on_assigned: PartitionsCallback, on_revoked: PartitionsCallback) -> None:
+        await self._consumer.start()
+        self._consumer.subscribe(self._topics, listener=_Listener(on_assigned, on_revoked))
+
+    async def stop(self) -> None:
+        await self._consumer.stop()
+
+    async def fetch(self, timeout_ms: int) -> list[RawRecord]:
+        batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=self._max_records)
+        now = time.monotonic()
+        return [
+            RawRecord(SourceRef(m.topic, m.partition, m.offset), m.key, m.value, now)
+            for messages in batches.values()
+            for m in messages
+        ]
+
+    def set_paused(self, topics: set[str]) -> None:
+        """Pause exactly these topics' partitions; Kafka keeps their data meanwhile."""
+        assigned = self._consumer.assignment()
+        self._consumer.resume(*(tp for tp in assigned if tp.topic not in topics))
+        self._consumer.pause(*(tp for tp in assigned if tp.topic in topics))
+
+    async def committed(self, tp: TopicPartitionKey) -> int | None:
+        result = await self._consumer.committed(TopicPartition(*tp))
+        return None if result is None else int(result)
+
+    def seek(self, tp: TopicPartitionKey, offset: int) -> None:
+        self._consumer.seek(TopicPartition(*tp), offset)
+
+    async def commit(self, positions: dict[TopicPartitionKey, int]) -> None:
+        if positions:
+            await self._consumer.commit({TopicPartition(*tp): o for tp, o in positions.items()})

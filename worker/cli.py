@@ -1,0 +1,171 @@
+"""The ``inferlane`` command line: run, broker, publish, demo."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+
+from worker.broker import EmbeddedBroker
+from worker.config import WorkerSettings
+
+app = typer.Typer(help="Kafka-driven inference worker.", no_args_is_help=True)
+console = Console()
+
+Bootstrap = Annotated[
+    str | None,
+    typer.Option(
+        "--bootstrap",
+        "-b",
+        envvar="INFERLANE_BOOTSTRAP",
+        help="Kafka bootstrap servers; unset: start the embedded broker.",
+    ),
+]
+Database = Annotated[
+    str | None,
+    typer.Option(
+        "--database",
+        "-d",
+        envvar="INFERLANE_DATABASE_URL",
+        help="SQLAlchemy URL: sqlite:///file.db or postgresql://user@host/db.",
+    ),
+]
+
+
+def _settings(**flags: Any) -> WorkerSettings:
+    """Env and defaults, overridden by the flags that were given."""
+    given = {k: v for k, v in flags.items() if v is not None}
+    nested: dict[str, dict[str, Any]] = {}
+    for key in ("max_batch", "max_wait_ms"):
+        if key in given:
+            nested.setdefault("batching", {})[key] = given.pop(key)
+    if given.pop("single_lane", False):
+        nested.setdefault("lanes", {})["single_lane"] = True
+    if "group_id" in given:
+        nested.setdefault("kafka", {})["group_id"] = given.pop("group_id")
+    if "partitions" in given:
+        nested.setdefault("topics", {})["partitions"] = given.pop("partitions")
+    base = WorkerSettings(**given)
+    updates = {
+        name: getattr(base, name).model_copy(update=values) for name, values in nested.items()
+    }
+    return base.model_copy(update=updates)
+
+
+@app.command()
+def run(
+    bootstrap: Bootstrap = None,
+    database: Database = None,
+    models: Annotated[
+        Path | None, typer.Option(help="Model registry TOML; unset: demo models.")
+    ] = None,
+    group_id: Annotated[str | None, typer.Option(help="Kafka consumer group.")] = None,
+    max_batch: Annotated[int | None, typer.Option(help="Largest batch.")] = None,
+    max_wait_ms: Annotated[float | None, typer.Option(help="Longest wait to fill a batch.")] = None,
+    partitions: Annotated[int | None, typer.Option(help="Partitions of topics we create.")] = None,
+    single_lane: Annotated[bool, typer.Option(help="One FIFO lane (a baseline).")] = False,
+    torch_threads: Annotated[int | None, typer.Option(help="torch intra-op threads.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics here.")] = None,
+) -> None:
+    """Serve requests from the lane topics until Ctrl-C; results to Kafka and SQL."""
+    from prometheus_client import start_http_server
+
+    from worker.metrics import WorkerMetrics
+    from worker.serve import apply_torch_threads, load_registry, serve, with_broker
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = _settings(
+        bootstrap=bootstrap,
+        database_url=database,
+        models=models,
+        group_id=group_id,
+        max_batch=max_batch,
+        max_wait_ms=max_wait_ms,
+        partitions=partitions,
+        single_lane=single_lane,
+        torch_threads=torch_threads,
+    )
+    apply_torch_threads(settings)
+    registry = load_registry(settings.models)
+    metrics = WorkerMetrics()
+    if metrics_port is not None:
+        start_http_server(metrics_port, registry=metrics.registry)
+    with with_broker(settings) as resolved:
+        console.print(
+            f"inferlane serving {', '.join(registry.names())} from [bold]{resolved.bootstrap}[/] "
+            f"into {resolved.database_url}"
+        )
+        asyncio.run(serve(resolved, registry, metrics=metrics))
+
+
+@app.command()
+def broker(port: Annotated[int, typer.Option(help="Port to listen on.")] = 9092) -> None:
+    """Run the embedded Kafka-compatible broker (Tansu, memory only) in the foreground."""
+    with EmbeddedBroker(port=port) as b:
+        console.print(f"broker listening on [bold]{b.bootstrap}[/]; Ctrl-C stops it")
+        with contextlib.suppress(KeyboardInterrupt):
+            b.wait()
+
+
+@app.command()
+def publish(
+    file: Annotated[Path, typer.Argument(help="JSON Lines: one request per line.", exists=True)],
+    bootstrap: Bootstrap = None,
+    topic: Annotated[str, typer.Option(help="Topic to publish to.")] = "inferlane.requests",
+) -> None:
+    """Publish each line as it is (bad lines too: the worker dead-letters them)."""
+    from consumers.client import InferlaneClient
+
+    if bootstrap is None:
+        raise typer.BadParameter("--bootstrap (or INFERLANE_BOOTSTRAP) is required")
+    sent = 0
+    with InferlaneClient(bootstrap) as client, file.open("rb") as lines:
+        for line in lines:
+            value = line.rstrip(b"\r\n")
+            if value:
+                client.send_raw(value, key=_key_of(value), topic=topic)
+                sent += 1
+        client.flush()
+    console.print(f"published {sent} records to {topic}")
+
+
+def _key_of(value: bytes) -> bytes | None:
+    try:
+        rid = orjson.loads(value).get("request_id")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return rid.encode() if isinstance(rid, str) else None
+
+
+@app.command()
+def demo(
+    digits: Annotated[int, typer.Option(help="digits requests.")] = 6000,
+    diabetes: Annotated[int, typer.Option(help="diabetes requests.")] = 1000,
+    minilm: Annotated[int, typer.Option(help="minilm requests.")] = 600,
+    database: Database = None,
+) -> None:
+    """Embedded broker + SQLite + demo models: a labelled mixed workload, then a report."""
+    from worker.demo import render, run_demo, workload
+    from worker.serve import load_registry, with_broker
+
+    url = database or "sqlite:///inferlane-demo.db"
+    if url.startswith("sqlite:///") and database is None:
+        # A fresh file each time, so the report counts this run only.
+        Path(url.removeprefix("sqlite:///")).unlink(missing_ok=True)
+    with console.status("building or loading the demo models"):
+        registry = load_registry(None)
+    settings = _settings(database_url=url, bootstrap=os.environ.get("INFERLANE_BOOTSTRAP"))
+    with with_broker(settings) as resolved:
+        console.print(f"broker {resolved.bootstrap}, database {resolved.database_url}")
+        items = workload(digits, diabetes, minilm, resolved)
+        report = asyncio.run(run_demo(resolved, registry, items, console))
+    render(report, console)

@@ -1,0 +1,84 @@
+"""Configuration: one validated, frozen object per concern, built once from env and flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from consumers.contract import Priority
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TopicConfig(_Frozen):
+    high: str = "inferlane.requests.high"
+    normal: str = "inferlane.requests"
+    low: str = "inferlane.requests.low"
+    results: str = "inferlane.results"
+    dead_letters: str = "inferlane.requests.dlq"
+    partitions: int = Field(default=3, ge=1)  # for topics the worker creates
+
+    def lane_topics(self) -> dict[str, Priority]:
+        return {self.high: Priority.HIGH, self.normal: Priority.NORMAL, self.low: Priority.LOW}
+
+
+class KafkaConfig(_Frozen):
+    group_id: str = "inferlane"
+    client_id: str = "inferlane-worker"
+    fetch_max_records: int = Field(default=2000, ge=1)
+    max_message_bytes: int = Field(default=1_048_576, ge=1024)
+    session_timeout_ms: int = 30_000
+    linger_ms: int = 2
+
+
+class BatchConfig(_Frozen):
+    max_batch: int = Field(default=256, ge=1)
+    max_wait_ms: float = Field(default=5.0, ge=0)
+    # Batches queued ahead of the compute thread, so it never waits for the loop.
+    prefetch: int = Field(default=2, ge=1)
+
+    @property
+    def max_wait_s(self) -> float:
+        return self.max_wait_ms / 1000.0
+
+
+class LaneConfig(_Frozen):
+    capacity: int = Field(default=8192, ge=1)  # per lane; a full lane pauses its topic
+    max_in_flight: int = Field(default=50_000, ge=1)  # uncommitted records; pauses all
+    single_lane: bool = False  # FIFO baseline: every request in one lane
+
+
+class SinkConfig(_Frozen):
+    max_chunk: int = Field(default=4096, ge=1)  # outcomes per SQL transaction
+    retry_backoff_s: float = Field(default=0.5, gt=0)
+    retry_backoff_max_s: float = Field(default=10.0, gt=0)
+
+
+class WorkerSettings(BaseSettings):
+    """Everything the worker needs; env ``INFERLANE_*`` (nested with ``__``) and CLI flags."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="INFERLANE_", env_nested_delimiter="__", frozen=True, extra="forbid"
+    )
+
+    bootstrap: str | None = None  # None: start the embedded broker
+    database_url: str = "sqlite:///inferlane.db"
+    models: Path | None = None  # registry TOML; None: the demo models
+    torch_threads: int | None = Field(default=None, ge=1)
+    topics: TopicConfig = TopicConfig()
+    kafka: KafkaConfig = KafkaConfig()
+    batching: BatchConfig = BatchConfig()
+    lanes: LaneConfig = LaneConfig()
+    sink: SinkConfig = SinkConfig()
+
+    @model_validator(mode="after")
+    def _distinct_topics(self) -> WorkerSettings:
+        t = self.topics
+        names = [t.high, t.normal, t.low, t.results, t.dead_letters]
+        if len(set(names)) != len(names):
+            raise ValueError("lane, results and dead-letter topics must be distinct")
+        return self

@@ -1,0 +1,67 @@
+"""Typed objects the pipeline stages pass to each other."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import JsonValue
+
+from consumers.contract import ErrorInfo, InferenceRequest, InferenceResult, Priority
+from consumers.records import DeadLetter, RawRecord
+
+_batch_ids = itertools.count(1)
+
+
+@dataclass(slots=True, eq=False)
+class Pending:
+    """A validated request waiting in a lane, with its adapter-prepared input."""
+
+    request: InferenceRequest
+    item: Any = field(repr=False)
+    cost: int
+    lane: Priority
+    record: RawRecord
+    deadline_s: float | None  # monotonic; None: no deadline
+
+    @property
+    def model(self) -> str:
+        return self.request.model
+
+    @property
+    def received_s(self) -> float:
+        return self.record.received_s
+
+
+@dataclass(slots=True)
+class Batch:
+    """One model, one forward pass."""
+
+    model: str
+    items: list[Pending]
+    formed_s: float
+    id: str = field(default_factory=lambda: f"b{next(_batch_ids)}")
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+@dataclass(slots=True)
+class ItemResult:
+    """What the executor says of one item: outputs, or the error that item alone caused."""
+
+    outputs: JsonValue = None
+    error: ErrorInfo | None = None
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How one consumed record ended: a result, a dead letter, or both (rejected)."""
+
+    record: RawRecord
+    result: InferenceResult | None = None
+    dead_letter: DeadLetter | None = None
+    drift: tuple[float, float] | None = None  # (output, expected) for the drift log
+    batch_id: str | None = None
+    reply_to: str | None = None  # results topic named by the request

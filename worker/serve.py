@@ -1,0 +1,57 @@
+"""Compose a running worker: broker (embedded when none is configured), models, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from worker.broker import EmbeddedBroker
+from worker.config import WorkerSettings
+from worker.metrics import WorkerMetrics
+from worker.models import ModelRegistry
+from worker.models.demo import ensure_demo_models
+from worker.service import Worker
+
+
+def load_registry(models: Path | None) -> ModelRegistry:
+    """The registry TOML given, or the demo models (built and cached on first use)."""
+    return ModelRegistry.from_toml(models if models is not None else ensure_demo_models())
+
+
+@contextlib.contextmanager
+def with_broker(settings: WorkerSettings) -> Iterator[WorkerSettings]:
+    """Settings whose ``bootstrap`` is set: the configured one, or an embedded broker's."""
+    if settings.bootstrap is not None:
+        yield settings
+        return
+    with EmbeddedBroker() as broker:
+        yield settings.model_copy(update={"bootstrap": broker.bootstrap})
+
+
+def apply_torch_threads(settings: WorkerSettings) -> None:
+    if settings.torch_threads is not None:
+        torch.set_num_threads(settings.torch_threads)
+
+
+async def serve(
+    settings: WorkerSettings,
+    registry: ModelRegistry,
+    *,
+    stop: asyncio.Event | None = None,
+    metrics: WorkerMetrics | None = None,
+) -> None:
+    """Run until SIGINT/SIGTERM (or ``stop``), then drain and exit cleanly."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await Worker(settings, registry, metrics=metrics).run(stop)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,314 @@
+"""The worker: a facade that takes input, schedules, executes and completes.
+
+Three tasks on one event loop, each a short sentence:
+- intake: fetch records, admit them (off the loop), queue them in lanes;
+- schedule: ask the batcher for a batch whenever the executor has room, submit it;
+- complete: make finished outcomes durable (Kafka, then SQL with offsets), commit.
+Forward passes and SQL writes run in threads, so the Kafka group keeps its heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+from types import TracebackType
+
+from consumers.egress import Egress
+from consumers.ingress import Ingress
+from consumers.offsets import OffsetTracker, TopicPartitionKey
+from consumers.records import RawRecord
+from consumers.topics import ensure_topics
+from storage import ResultStore
+from worker.admission import Admission
+from worker.batcher import Batcher
+from worker.config import WorkerSettings
+from worker.executor import BatchRun, Executor, ThreadExecutor
+from worker.lanes import Lanes
+from worker.metrics import WorkerMetrics
+from worker.models import ModelRegistry
+from worker.outcomes import completed, expired
+from worker.pending import Batch, Outcome
+from worker.sink import Sink
+
+log = logging.getLogger(__name__)
+
+_FETCH_TIMEOUT_MS = 100
+_REBALANCE_DRAIN_S = 30.0
+
+
+class Worker:
+    """``async with Worker(settings, registry) as w: await w.wait()``; or ``run(stop)``."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        registry: ModelRegistry,
+        *,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
+        if settings.bootstrap is None:
+            raise ValueError("settings.bootstrap is required (the CLI starts a broker if unset)")
+        self.settings = settings
+        self.metrics = metrics or WorkerMetrics()
+        self._registry = registry
+        self._store: ResultStore | None = None
+        self._lanes = Lanes(settings.lanes.capacity, single_lane=settings.lanes.single_lane)
+        self._batcher = Batcher(
+            self._lanes,
+            max_wait_s=settings.batching.max_wait_s,
+            limit=self._batch_limit,
+            grouped=lambda model: registry.adapter(model).variable_cost,
+        )
+        self._tracker = OffsetTracker()
+        self._executor: Executor = ThreadExecutor(registry.get)
+        topics, kafka = settings.topics, settings.kafka
+        self._lane_of_topic = topics.lane_topics()
+        self._admission = Admission(
+            adapter_for=registry.adapter,
+            lane_of_topic=self._lane_of_topic,
+            max_bytes=kafka.max_message_bytes,
+        )
+        self._ingress = Ingress(
+            bootstrap=settings.bootstrap,
+            topics=list(self._lane_of_topic),
+            group_id=kafka.group_id,
+            client_id=kafka.client_id,
+            max_records=kafka.fetch_max_records,
+            max_message_bytes=kafka.max_message_bytes,
+            session_timeout_ms=kafka.session_timeout_ms,
+        )
+        self._egress = Egress(
+            bootstrap=settings.bootstrap,
+            client_id=kafka.client_id,
+            linger_ms=kafka.linger_ms,
+            max_bytes=kafka.max_message_bytes,
+        )
+        self._done: asyncio.Queue[list[Outcome]] = asyncio.Queue()
+        self._wake = asyncio.Event()  # new requests or a free executor slot
+        self._intake_lock = asyncio.Lock()  # a rebalance waits for the chunk being admitted
+        self._running_batches = 0
+        self._unfinished = 0  # records admitted or rejected, not yet durable
+        self._settled = asyncio.Event()
+        self._accepting = True
+        self._tasks: list[asyncio.Task[None]] = []
+        self._failed: asyncio.Future[None] | None = None  # a stage's bug, raised by wait()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        s = self.settings
+        assert s.bootstrap is not None
+        self._store = await asyncio.to_thread(ResultStore, s.database_url)
+        self._sink = Sink(
+            egress=self._egress,
+            store=self._store,
+            results_topic=s.topics.results,
+            dead_letter_topic=s.topics.dead_letters,
+            group_id=s.kafka.group_id,
+            config=s.sink,
+        )
+        names = [*self._lane_of_topic, s.topics.results, s.topics.dead_letters]
+        await ensure_topics(s.bootstrap, names, partitions=s.topics.partitions)
+        await self._egress.start()
+        await self._ingress.start(self._on_assigned, self._on_revoked)
+        self._failed = asyncio.get_running_loop().create_future()
+        self._tasks = [
+            asyncio.create_task(self._intake(), name="inferlane-intake"),
+            asyncio.create_task(self._schedule(), name="inferlane-schedule"),
+            asyncio.create_task(self._complete(), name="inferlane-complete"),
+        ]
+
+    async def wait(self) -> None:
+        """Until a stage fails (its error is raised here) or the worker is stopped."""
+        assert self._failed is not None, "start() first"
+        await asyncio.gather(*self._tasks, self._failed)
+
+    async def stop(self, *, drain: bool = True, timeout_s: float = 30.0) -> None:
+        """Drain: finish everything consumed so far. Abort: stop now; the uncommitted
+        records are replayed by whoever consumes the partitions next."""
+        self._accepting = False
+        if drain:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._until_settled(), timeout_s)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._failed is not None and not self._failed.done():
+            self._failed.cancel()
+        await self._ingress.stop()
+        await self._egress.stop()
+        await asyncio.to_thread(self._executor.shutdown)
+        if self._store is not None:
+            self._store.close()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set, then drain and shut down."""
+        await self.start()
+        waiter = asyncio.create_task(stop.wait())
+        serving = asyncio.create_task(self.wait())
+        try:
+            await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            await self.stop(drain=not serving.done())
+        if serving.done() and not serving.cancelled():
+            serving.result()  # a failed stage surfaces to the caller
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop(drain=exc is None)
+
+    # -- intake ------------------------------------------------------------------------
+
+    async def _intake(self) -> None:
+        while self._accepting:
+            records = await self._ingress.fetch(_FETCH_TIMEOUT_MS)
+            if records:
+                async with self._intake_lock:
+                    await self._admit(records)
+            self._apply_backpressure()
+
+    async def _admit(self, records: list[RawRecord]) -> None:
+        for r in records:
+            self._tracker.started((r.source.topic, r.source.partition), r.source.offset)
+        self._unfinished += len(records)
+        self.metrics.consumed(Counter(r.source.topic for r in records))
+        admitted = await asyncio.to_thread(self._admission.admit, records)
+        for pending in admitted.pending:
+            self._lanes.push(pending)
+        self._finish(admitted.ended)
+        self._wake.set()
+
+    def _apply_backpressure(self) -> None:
+        in_flight = self._tracker.in_flight()
+        self.metrics.in_flight.set(in_flight)
+        self.metrics.queued.set(len(self._lanes))
+        if in_flight >= self.settings.lanes.max_in_flight:
+            paused = set(self._lane_of_topic)
+        else:
+            paused = {t for t, p in self._lane_of_topic.items() if self._lanes.lane_for(p).full}
+        self._ingress.set_paused(paused)
+
+    # -- schedule ----------------------------------------------------------------------
+
+    async def _schedule(self) -> None:
+        prefetch = self.settings.batching.prefetch
+        while True:
+            self._wake.clear()
+            wake_at = None
+            if self._running_batches < prefetch:
+                now = time.monotonic()
+                plan = self._batcher.plan(now, device_idle=self._running_batches == 0)
+                if plan.expired:
+                    self._finish([expired(p, now) for p in plan.expired])
+                if plan.batch is not None:
+                    self._dispatch(plan.batch)
+                    continue
+                wake_at = plan.wake_at_s
+            timeout = None if wake_at is None else max(0.0, wake_at - time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _dispatch(self, batch: Batch) -> None:
+        self._running_batches += 1
+        self.metrics.batch(batch)
+        future = asyncio.wrap_future(self._executor.submit(batch))
+        future.add_done_callback(lambda f: self._batch_done(batch, f))
+
+    def _batch_done(self, batch: Batch, future: asyncio.Future[BatchRun]) -> None:
+        self._running_batches -= 1
+        self._wake.set()
+        try:
+            # Executors report item failures as values; an exception here is our bug.
+            outcomes = completed(batch, future.result(), self._registry.adapter(batch.model))
+        except Exception as exc:
+            if self._failed is not None and not self._failed.done():
+                self._failed.set_exception(exc)
+            return
+        self._finish(outcomes)
+
+    def _batch_limit(self, model: str) -> int:
+        return min(self.settings.batching.max_batch, self._registry.spec(model).max_batch)
+
+    # -- complete ----------------------------------------------------------------------
+
+    def _finish(self, outcomes: list[Outcome]) -> None:
+        if outcomes:
+            self._done.put_nowait(outcomes)
+
+    async def _complete(self) -> None:
+        while True:
+            chunk = await self._next_chunk()
+            for o in chunk:
+                src = o.record.source
+                self._tracker.finished((src.topic, src.partition), src.offset)
+            offsets = self._tracker.take_commits()
+            # A shutdown lets a started write finish: it is then either durable or replayed.
+            await asyncio.shield(self._make_durable(chunk, offsets))
+
+    async def _next_chunk(self) -> list[Outcome]:
+        chunk = await self._done.get()
+        limit = self.settings.sink.max_chunk
+        while len(chunk) < limit and not self._done.empty():
+            chunk.extend(self._done.get_nowait())
+        return chunk
+
+    async def _make_durable(
+        self, chunk: Sequence[Outcome], offsets: dict[TopicPartitionKey, int]
+    ) -> None:
+        await self._sink.deliver(chunk, offsets)
+        try:
+            await self._ingress.commit(offsets)
+        except Exception as exc:  # SQL holds the offsets; Kafka's copy catches up later
+            log.warning("offset commit to Kafka failed (%s); SQL has them", exc)
+        self.metrics.delivered(chunk)
+        self._unfinished -= len(chunk)
+        if self._unfinished == 0 and not len(self._lanes):
+            self._settled.set()
+        self._apply_backpressure()
+
+    async def _until_settled(self) -> None:
+        while self._unfinished or len(self._lanes):
+            self._settled.clear()
+            await self._settled.wait()
+
+    # -- rebalance ---------------------------------------------------------------------
+
+    async def _on_assigned(self, assigned: set[TopicPartitionKey]) -> None:
+        """Resume after what SQL holds as durable when Kafka's commit lags behind it."""
+        assert self._store is not None
+        stored = await asyncio.to_thread(
+            self._store.committed_offsets, self.settings.kafka.group_id
+        )
+        for tp in assigned:
+            durable = stored.get(tp)
+            if durable is None:
+                continue
+            committed = await self._ingress.committed(tp)
+            if committed is None or durable > committed:
+                self._ingress.seek(tp, durable)
+        self._apply_backpressure()
+
+    async def _on_revoked(self, revoked: set[TopicPartitionKey]) -> None:
+        """Hand back what has not started; finish what has, so its offsets commit."""
+        async with self._intake_lock:
+            dropped = self._lanes.remove_if(
+                lambda p: (p.record.source.topic, p.record.source.partition) in revoked
+            )
+            self._unfinished -= len(dropped)
+            if self._accepting:  # on shutdown, stop() has drained (or chosen not to)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._until_settled(), _REBALANCE_DRAIN_S)
+            self._tracker.forget(revoked)

@@ -1,0 +1,73 @@
+"""Labelled request workloads from the demo data sets (demo, tests and benchmarks)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from consumers.contract import InferenceRequest, Priority
+from worker.config import TopicConfig
+from worker.models.demo import demo_sentences, diabetes_test_set, digits_test_set
+
+
+@dataclass(frozen=True, slots=True)
+class Labelled:
+    topic: str
+    request: InferenceRequest
+
+    @property
+    def value(self) -> bytes:
+        return self.request.model_dump_json(exclude_none=True).encode()
+
+    @property
+    def key(self) -> bytes:
+        return self.request.request_id.encode()
+
+
+def digits_requests(n: int, *, prefix: str = "digits") -> list[InferenceRequest]:
+    x, y = digits_test_set()
+    return [
+        InferenceRequest(
+            request_id=f"{prefix}-{i}",
+            model="digits",
+            inputs=x[i % len(x)].tolist(),
+            expected=int(y[i % len(y)]),
+        )
+        for i in range(n)
+    ]
+
+
+def diabetes_requests(n: int, *, prefix: str = "diabetes") -> list[InferenceRequest]:
+    x, y = diabetes_test_set()
+    return [
+        InferenceRequest(
+            request_id=f"{prefix}-{i}",
+            model="diabetes",
+            inputs=x[i % len(x)].tolist(),
+            expected=float(y[i % len(y)]),
+        )
+        for i in range(n)
+    ]
+
+
+def minilm_requests(n: int, *, prefix: str = "minilm", seed: int = 7) -> list[InferenceRequest]:
+    return [
+        InferenceRequest(request_id=f"{prefix}-{i}", model="minilm", inputs=text)
+        for i, text in enumerate(demo_sentences(n, seed))
+    ]
+
+
+# Share of traffic per lane in the mixed workload: mostly normal, some bulk, a few urgent.
+LANE_MIX = ((Priority.HIGH, 0.1), (Priority.NORMAL, 0.7), (Priority.LOW, 0.2))
+
+
+def spread_over_lanes(
+    requests: list[InferenceRequest], topics: TopicConfig, *, seed: int = 1
+) -> list[Labelled]:
+    """Each request to a lane topic drawn by ``LANE_MIX``, then shuffled together."""
+    rng = random.Random(seed)
+    by_lane = {p: t for t, p in topics.lane_topics().items()}
+    lanes, weights = zip(*LANE_MIX, strict=True)
+    out = [Labelled(by_lane[rng.choices(lanes, weights)[0]], r) for r in requests]
+    rng.shuffle(out)
+    return out
