@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictInt, model_validator
 
 WIRE_VERSION = 1
 
@@ -43,8 +43,9 @@ class InferenceRequest(BaseModel):
     model: Annotated[str, Field(min_length=1, max_length=256)]
     inputs: JsonValue = Field(repr=False)
     priority: Priority | None = None
-    timeout_ms: Annotated[int, Field(gt=0)] | None = None
-    deadline_ms: Annotated[int, Field(gt=0)] | None = None
+    # Strict: JSON true must not become a 1 ms timeout.
+    timeout_ms: Annotated[StrictInt, Field(gt=0)] | None = None
+    deadline_ms: Annotated[StrictInt, Field(gt=0)] | None = None
     expected: JsonValue = Field(default=None, repr=False)
     reply_to: Annotated[str, Field(min_length=1, max_length=249)] | None = None
     metadata: dict[str, JsonValue] | None = None

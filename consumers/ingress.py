@@ -17,7 +17,7 @@ from consumers.records import RawRecord, SourceRef
 PartitionsCallback = Callable[[set[TopicPartitionKey]], Awaitable[None]]
 
 
-class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+class _Listener(ConsumerRebalanceListener):
     def __init__(self, on_assigned: PartitionsCallback, on_revoked: PartitionsCallback) -> None:
         self._on_assigned = on_assigned
         self._on_revoked = on_revoked

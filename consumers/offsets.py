@@ -16,6 +16,7 @@ TopicPartitionKey = tuple[str, int]
 @dataclass(slots=True)
 class _Partition:
     pending: deque[int] = field(default_factory=deque)
+    outstanding: set[int] = field(default_factory=set)  # = set(pending), for O(1) lookups
     finished: set[int] = field(default_factory=set)
     next_offset: int | None = None  # committable position, None until something finishes
     committed: int | None = None  # last position handed out by ``take_commits``
@@ -26,18 +27,21 @@ class OffsetTracker:
         self._parts: dict[TopicPartitionKey, _Partition] = {}
 
     def started(self, tp: TopicPartitionKey, offset: int) -> None:
-        self._parts.setdefault(tp, _Partition()).pending.append(offset)
+        part = self._parts.setdefault(tp, _Partition())
+        part.pending.append(offset)
+        part.outstanding.add(offset)
 
     def finished(self, tp: TopicPartitionKey, offset: int) -> None:
         part = self._parts.get(tp)
         # Unknown partition or offset: it was revoked meanwhile and its new owner replays it.
-        if part is None or not part.pending or offset < part.pending[0]:
+        if part is None or offset not in part.outstanding:
             return
         part.finished.add(offset)
         pending = part.pending
         while pending and pending[0] in part.finished:
             done = pending.popleft()
             part.finished.discard(done)
+            part.outstanding.discard(done)
             part.next_offset = done + 1
 
     def take_commits(self) -> dict[TopicPartitionKey, int]:

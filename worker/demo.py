@@ -28,12 +28,15 @@ from worker.workload import (
     spread_over_lanes,
 )
 
-# Records that must end as dead letters: the demo shows them going there.
+# Records that must end as dead letters (keyed by request id, as producers should):
+# the demo shows them going there, each with a ``rejected`` result.
 BAD_RECORDS = (
-    b'{"request_id": "bad-json", "model": "digits", "inputs": [1, 2',
-    b'{"request_id": "bad-shape", "model": "digits", "inputs": [1, 2, 3]}',
-    b'{"request_id": "bad-model", "model": "no-such-model", "inputs": [1]}',
+    (b"bad-json", b'{"request_id": "bad-json", "model": "digits", "inputs": [1, 2'),
+    (b"bad-shape", b'{"request_id": "bad-shape", "model": "digits", "inputs": [1, 2, 3]}'),
+    (b"bad-model", b'{"request_id": "bad-model", "model": "no-such-model", "inputs": [1]}'),
 )
+# With nothing new for this long, the demo reports what it has instead of waiting on.
+STALL_S = 60.0
 
 
 @dataclass
@@ -70,7 +73,9 @@ async def run_demo(
         try:
             started = time.monotonic()
             sends = [await producer.send(i.topic, i.value, key=i.key) for i in items]
-            sends += [await producer.send(settings.topics.normal, b) for b in BAD_RECORDS]
+            sends += [
+                await producer.send(settings.topics.normal, v, key=k) for k, v in BAD_RECORDS
+            ]
             await asyncio.gather(*sends)
             results = await _collect(reader, expected, console)
             seconds = time.monotonic() - started
@@ -95,6 +100,7 @@ async def _results_reader(settings: WorkerSettings) -> AIOKafkaConsumer:
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, enable_auto_commit=False)
     await consumer.start()
     topic = settings.topics.results
+    await consumer.topics()  # refresh metadata: the worker has just created the topic
     tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
     consumer.assign(tps)
     for tp, end in (await consumer.end_offsets(tps)).items():
@@ -109,9 +115,14 @@ async def _collect(
     columns = (TextColumn("results"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("results", total=expected)
+        last_news = time.monotonic()
         while len(seen) < expected:
+            if time.monotonic() - last_news > STALL_S:
+                console.print(f"[red]no results for {STALL_S:.0f}s; reporting what arrived")
+                break
             batches = await reader.getmany(timeout_ms=200, max_records=5000)
             for messages in batches.values():
+                last_news = time.monotonic()
                 for m in messages:
                     result = InferenceResult.model_validate_json(m.value)
                     seen.setdefault(result.request_id, result)

@@ -58,16 +58,16 @@ def minilm_requests(n: int, *, prefix: str = "minilm", seed: int = 7) -> list[In
 
 
 # Share of traffic per lane in the mixed workload: mostly normal, some bulk, a few urgent.
-LANE_MIX = ((Priority.HIGH, 0.1), (Priority.NORMAL, 0.7), (Priority.LOW, 0.2))
+LANES = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
+LANE_WEIGHTS = (0.1, 0.7, 0.2)
 
 
 def spread_over_lanes(
     requests: list[InferenceRequest], topics: TopicConfig, *, seed: int = 1
 ) -> list[Labelled]:
-    """Each request to a lane topic drawn by ``LANE_MIX``, then shuffled together."""
+    """Each request to a lane topic drawn by ``LANE_WEIGHTS``, then shuffled together."""
     rng = random.Random(seed)
     by_lane = {p: t for t, p in topics.lane_topics().items()}
-    lanes, weights = zip(*LANE_MIX, strict=True)
-    out = [Labelled(by_lane[rng.choices(lanes, weights)[0]], r) for r in requests]
+    out = [Labelled(by_lane[rng.choices(LANES, LANE_WEIGHTS)[0]], r) for r in requests]
     rng.shuffle(out)
     return out

@@ -1,0 +1,25 @@
+"""SQL storage: tables, migrations, the result/drift/offset writer and anomaly queries.
+
+It takes plain records and imports nothing from ``worker`` or ``consumers``.
+"""
+
+from storage.engine import make_engine
+from storage.errors import StoreUnavailable
+from storage.migrate import upgrade
+from storage.queries import accuracy_by_model, anomaly_count, count_results, result_counts
+from storage.records import DriftRow, OffsetRow, ResultRow
+from storage.writer import ResultStore
+
+__all__ = [
+    "DriftRow",
+    "OffsetRow",
+    "ResultRow",
+    "ResultStore",
+    "StoreUnavailable",
+    "accuracy_by_model",
+    "anomaly_count",
+    "count_results",
+    "make_engine",
+    "result_counts",
+    "upgrade",
+]

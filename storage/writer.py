@@ -1,0 +1,118 @@
+"""``ResultStore``: writes results, drift rows and consumed offsets in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import fields
+from datetime import UTC, datetime
+from operator import attrgetter
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import Engine, select
+
+from storage.engine import begin_write, make_engine
+from storage.errors import unavailable_on_transient_errors
+from storage.migrate import upgrade
+from storage.records import DriftRow, OffsetRow, ResultRow
+from storage.schema import consumer_offsets
+from storage.upserts import build_upserts
+
+_RESULT_FIELDS = tuple(f.name for f in fields(ResultRow))
+_DRIFT_FIELDS = tuple(f.name for f in fields(DriftRow))
+_get_result = attrgetter(*_RESULT_FIELDS)
+_get_drift = attrgetter(*_DRIFT_FIELDS)
+
+
+class ResultStore:
+    """The SQL sink.
+
+    ``write`` is blocking: call it from a thread, not from the event loop that
+    heartbeats the Kafka group. It raises ``StoreUnavailable`` when a retry of the
+    same batch may succeed; any other error means the batch itself is bad.
+    """
+
+    def __init__(self, url: str, *, migrate: bool = True) -> None:
+        self._engine = make_engine(url)
+        self._upserts = build_upserts(self._engine.dialect.name)
+        if migrate:
+            with unavailable_on_transient_errors():
+                upgrade(self._engine)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine, for the read helpers in ``storage.queries``."""
+        return self._engine
+
+    def write(
+        self,
+        results: Sequence[ResultRow],
+        drift: Sequence[DriftRow],
+        offsets: Sequence[OffsetRow],
+    ) -> None:
+        """Upsert everything in one transaction: all of it is durable, or none of it."""
+        if not (results or drift or offsets):
+            return
+        with unavailable_on_transient_errors(), begin_write(self._engine) as conn:
+            # One executemany per table; empty parameter lists would run it once, bare.
+            if results:
+                conn.execute(self._upserts.results, _result_params(results))
+            if drift:
+                conn.execute(self._upserts.drift, _drift_params(drift))
+            if offsets:
+                conn.execute(self._upserts.offsets, _offset_params(offsets))
+
+    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        """``{(topic, partition): next offset to consume}`` stored for ``group_id``."""
+        query = select(
+            consumer_offsets.c.topic, consumer_offsets.c.partition, consumer_offsets.c.next_offset
+        ).where(consumer_offsets.c.group_id == group_id)
+        with unavailable_on_transient_errors(), self._engine.connect() as conn:
+            return {(topic, partition): offset for topic, partition, offset in conn.execute(query)}
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+# A key repeated within one batch is collapsed first (last row wins; highest offset
+# wins): some drivers send a batch as one multi-row INSERT, and PostgreSQL refuses to
+# update the same row twice in one statement.
+
+
+def _result_params(rows: Sequence[ResultRow]) -> list[dict[str, Any]]:
+    latest = {row.request_id: row for row in rows}
+    return [dict(zip(_RESULT_FIELDS, _get_result(row), strict=True)) for row in latest.values()]
+
+
+def _drift_params(rows: Sequence[DriftRow]) -> list[dict[str, Any]]:
+    latest = {row.request_id: row for row in rows}
+    return [dict(zip(_DRIFT_FIELDS, _get_drift(row), strict=True)) for row in latest.values()]
+
+
+def _offset_params(rows: Sequence[OffsetRow]) -> list[dict[str, Any]]:
+    highest: dict[tuple[str, str, int], int] = {}
+    for row in rows:
+        key = (row.group_id, row.topic, row.partition)
+        highest[key] = max(highest.get(key, row.next_offset), row.next_offset)
+    updated_at = datetime.now(UTC)
+    return [
+        {
+            "group_id": group_id,
+            "topic": topic,
+            "partition": partition,
+            "next_offset": next_offset,
+            "updated_at": updated_at,
+        }
+        for (group_id, topic, partition), next_offset in highest.items()
+    ]

@@ -1,0 +1,128 @@
+"""ResultStore.write: upserts, monotonic offsets, one transaction, retriable errors."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError, OperationalError
+from storage_rows import NOW, drift, offset, result
+
+from storage import ResultStore, StoreUnavailable, count_results, result_counts
+from storage.schema import inference_log, inference_results
+
+
+def test_replay_keeps_one_row_with_the_latest_values(store: ResultStore) -> None:
+    store.write([result("r1", status="error", error_code="bad_input")], [], [])
+    store.write([result("r1", status="ok", outputs=[1, 2], source_offset=7)], [], [])
+
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(inference_results)).mappings().all()
+    assert len(rows) == 1
+    assert rows[0]["status"] == "ok"
+    assert rows[0]["error_code"] is None
+    assert rows[0]["outputs"] == [1, 2]
+    assert rows[0]["source_offset"] == 7
+
+
+def test_a_key_repeated_in_one_batch_keeps_the_last_row(store: ResultStore) -> None:
+    store.write(
+        [result("r1", status="error"), result("r1", status="expired")],
+        [drift("r1", 1.0, 0.0), drift("r1", 2.0, 0.0)],
+        [],
+    )
+
+    assert result_counts(store.engine) == {"expired": 1}
+    with store.engine.connect() as conn:
+        assert conn.execute(select(inference_log.c.output)).scalars().all() == [2.0]
+
+
+def test_values_round_trip(store: ResultStore) -> None:
+    outputs = {"label": 3, "scores": [0.25, 0.75], "text": "héllo"}
+    store.write([result("r1", outputs=outputs), result("r2", outputs=None)], [], [])
+
+    results = inference_results.c
+    with store.engine.connect() as conn:
+        rows = dict(conn.execute(select(results.request_id, results.outputs)).all())
+        null_outputs = conn.scalars(select(results.request_id).where(results.outputs.is_(None)))
+        null_ids = null_outputs.all()
+        created_at = conn.scalars(select(results.created_at)).first()
+    assert rows == {"r1": outputs, "r2": None}
+    assert null_ids == ["r2"]  # SQL NULL, not the JSON text 'null'
+    assert created_at is not None
+    # SQLite keeps no zone; the stored wall time is still UTC.
+    assert created_at.replace(tzinfo=created_at.tzinfo or UTC) == NOW
+
+
+def test_offsets_never_move_backwards(store: ResultStore) -> None:
+    store.write([], [], [offset("t", 0, 10), offset("t", 1, 3)])
+    store.write([], [], [offset("t", 0, 5), offset("t", 1, 4)])
+
+    assert store.committed_offsets("g") == {("t", 0): 10, ("t", 1): 4}
+
+    store.write([], [], [offset("t", 0, 12), offset("t", 0, 11)])
+    assert store.committed_offsets("g") == {("t", 0): 12, ("t", 1): 4}
+
+
+def test_offsets_are_kept_per_group(store: ResultStore) -> None:
+    store.write([], [], [offset("t", 0, 10, group_id="a"), offset("t", 0, 2, group_id="b")])
+
+    assert store.committed_offsets("a") == {("t", 0): 10}
+    assert store.committed_offsets("b") == {("t", 0): 2}
+    assert store.committed_offsets("c") == {}
+
+
+def test_a_failed_write_keeps_nothing_of_its_batch(store: ResultStore) -> None:
+    store.write([result("old")], [], [offset("t", 0, 1)])
+    bad_drift = drift("r2", 1.0, 0.0)
+    object.__setattr__(bad_drift, "output", None)  # violates NOT NULL after results ran
+
+    with pytest.raises(IntegrityError):
+        store.write([result("r1"), result("old", status="error")], [bad_drift], [offset("t", 0, 9)])
+
+    assert result_counts(store.engine) == {"ok": 1}
+    assert count_results(store.engine) == 1
+    assert store.committed_offsets("g") == {("t", 0): 1}
+
+
+def test_an_empty_write_does_nothing(store: ResultStore) -> None:
+    store.write([], [], [])
+    assert count_results(store.engine) == 0
+
+
+def test_unreachable_postgres_is_retriable() -> None:
+    store = ResultStore("postgresql://postgres@127.0.0.1:1/test", migrate=False)
+    with pytest.raises(StoreUnavailable) as caught:
+        store.write([result("r1")], [], [])
+    assert caught.value.retriable
+    assert isinstance(caught.value.__cause__, OperationalError)
+    store.close()
+
+
+def test_a_locked_sqlite_is_retriable_and_the_retry_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("storage.engine.SQLITE_BUSY_TIMEOUT_MS", 50)
+    path = tmp_path / "store.db"
+    with ResultStore(f"sqlite:///{path}") as store:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        batch = ([result("r1")], [drift("r1", 1.0, 1.0)], [offset("t", 0, 1)])
+
+        with pytest.raises(StoreUnavailable):
+            store.write(*batch)
+        other.execute("ROLLBACK")
+        other.close()
+        store.write(*batch)
+
+        assert count_results(store.engine) == 1
+        assert store.committed_offsets("g") == {("t", 0): 1}
+
+
+def test_a_missing_table_is_not_retriable(tmp_path: Path) -> None:
+    bare = ResultStore(f"sqlite:///{tmp_path / 'bare.db'}", migrate=False)
+    with bare, pytest.raises(OperationalError, match="no such table"):
+        bare.write([result("r1")], [], [])

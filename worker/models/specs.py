@@ -1,0 +1,108 @@
+"""The model registry file: pydantic models for each model's spec, parsed from TOML."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from worker.models.adapters import (
+    Adapter,
+    ClassifierAdapter,
+    RegressorAdapter,
+    TextEmbeddingAdapter,
+)
+
+
+def _resolve(path: Path, info: ValidationInfo) -> Path:
+    """Relative paths in a registry file are relative to that file's folder."""
+    base = info.context.get("base") if isinstance(info.context, dict) else None
+    return path if path.is_absolute() or base is None else Path(base) / path
+
+
+RegistryPath = Annotated[Path, AfterValidator(_resolve)]
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClassifierConfig(_Config):
+    kind: Literal["classifier"]
+    features: Annotated[int, Field(ge=1)]
+    num_classes: Annotated[int, Field(ge=2)]
+    shapes: list[tuple[int, ...]] = []
+
+    def build(self) -> Adapter:
+        return ClassifierAdapter(self.features, self.num_classes, self.shapes)
+
+
+class RegressorConfig(_Config):
+    kind: Literal["regressor"]
+    features: Annotated[int, Field(ge=1)]
+    shapes: list[tuple[int, ...]] = []
+
+    def build(self) -> Adapter:
+        return RegressorAdapter(self.features, self.shapes)
+
+
+class TextEmbeddingConfig(_Config):
+    kind: Literal["text_embedding"]
+    tokenizer: RegistryPath
+    max_tokens: Annotated[int, Field(ge=1)] = 256
+    max_chars: Annotated[int, Field(ge=1)] = 10_000
+
+    def build(self) -> Adapter:
+        return TextEmbeddingAdapter(self.tokenizer, self.max_tokens, self.max_chars)
+
+
+AdapterConfig = Annotated[ClassifierConfig | RegressorConfig | TextEmbeddingConfig,
+                          Field(discriminator="kind")]
+
+
+class ModelSpec(_Config):
+    """One ``[[models]]`` entry: where the weights are, how to load them, how to batch."""
+
+    name: Annotated[str, Field(min_length=1, max_length=256)]
+    version: Annotated[str, Field(min_length=1)]
+    format: Literal["export", "torchscript", "factory", "hf"]
+    path: RegistryPath
+    factory: Annotated[str, Field(pattern=r"^[\w.]+:\w+$")] | None = None
+    adapter: AdapterConfig
+    max_batch: Annotated[int, Field(ge=1)] = 256
+
+    @model_validator(mode="after")
+    def _factory_iff_factory_format(self) -> ModelSpec:
+        if (self.format == "factory") != (self.factory is not None):
+            raise ValueError("'factory' (\"package.module:build\") is required for "
+                             "format 'factory' and only for it")
+        return self
+
+
+class RegistryFile(_Config):
+    models: list[ModelSpec]
+
+    @field_validator("models")
+    @classmethod
+    def _unique_names(cls, models: list[ModelSpec]) -> list[ModelSpec]:
+        names = [m.name for m in models]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate model names: {', '.join(duplicates)}")
+        return models
+
+    @classmethod
+    def from_toml(cls, path: Path) -> RegistryFile:
+        with path.open("rb") as file:
+            data = tomllib.load(file)
+        return cls.model_validate(data, context={"base": path.resolve().parent})
