@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from consumers.contract import DeadLetterHeaders
 from consumers.errors import InferlaneError
 
 
-@dataclass(frozen=True, slots=True)
-class SourceRef:
+# NamedTuples: built once per consumed record, where a frozen dataclass costs 2-3x more.
+class SourceRef(NamedTuple):
     """Where a record came from: its identity for offsets and dead-letter headers."""
 
     topic: str
@@ -17,8 +18,7 @@ class SourceRef:
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class RawRecord:
+class RawRecord(NamedTuple):
     source: SourceRef
     key: bytes | None
     value: bytes | None

@@ -30,9 +30,15 @@ class KafkaConfig(_Frozen):
     group_id: str = "inferlane"
     client_id: str = "inferlane-worker"
     fetch_max_records: int = Field(default=2000, ge=1)
-    max_message_bytes: int = Field(default=1_048_576, ge=1024)
-    session_timeout_ms: int = 30_000
+    max_message_bytes: int = Field(default=1_048_576, ge=1024)  # larger requests: rejected
+    # Tansu holds a join for about half of this: short keeps startup and rebalances quick.
+    session_timeout_ms: int = Field(default=10_000, ge=6_000)
     linger_ms: int = 2
+
+    @property
+    def max_request_bytes(self) -> int:
+        """Produce requests carry a whole rejected record back out, with headers."""
+        return 2 * self.max_message_bytes + 65_536
 
 
 class BatchConfig(_Frozen):

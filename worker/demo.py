@@ -73,9 +73,7 @@ async def run_demo(
         try:
             started = time.monotonic()
             sends = [await producer.send(i.topic, i.value, key=i.key) for i in items]
-            sends += [
-                await producer.send(settings.topics.normal, v, key=k) for k, v in BAD_RECORDS
-            ]
+            sends += [await producer.send(settings.topics.normal, v, key=k) for k, v in BAD_RECORDS]
             await asyncio.gather(*sends)
             results = await _collect(reader, expected, console)
             seconds = time.monotonic() - started

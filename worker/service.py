@@ -85,7 +85,7 @@ class Worker:
             bootstrap=settings.bootstrap,
             client_id=kafka.client_id,
             linger_ms=kafka.linger_ms,
-            max_bytes=kafka.max_message_bytes,
+            max_request_bytes=kafka.max_request_bytes,
         )
         self._done: asyncio.Queue[list[Outcome]] = asyncio.Queue()
         self._wake = asyncio.Event()  # new requests or a free executor slot
@@ -109,6 +109,7 @@ class Worker:
             results_topic=s.topics.results,
             dead_letter_topic=s.topics.dead_letters,
             group_id=s.kafka.group_id,
+            max_value_bytes=s.kafka.max_message_bytes,
             config=s.sink,
         )
         names = [*self._lane_of_topic, s.topics.results, s.topics.dead_letters]

@@ -20,8 +20,10 @@ from datetime import UTC, datetime
 
 from aiokafka.errors import KafkaError
 
+from consumers.contract import DeadLetterHeaders
 from consumers.egress import Egress, OutRecord
 from consumers.offsets import TopicPartitionKey
+from consumers.records import DeadLetter
 from storage import DriftRow, OffsetRow, ResultRow, ResultStore, StoreUnavailable
 from worker.config import SinkConfig
 from worker.pending import Outcome
@@ -38,6 +40,7 @@ class Sink:
         results_topic: str,
         dead_letter_topic: str,
         group_id: str,
+        max_value_bytes: int,
         config: SinkConfig,
     ) -> None:
         self._egress = egress
@@ -45,6 +48,7 @@ class Sink:
         self._results_topic = results_topic
         self._dlq_topic = dead_letter_topic
         self._group_id = group_id
+        self._max_value_bytes = max_value_bytes
         self._config = config
 
     async def deliver(
@@ -62,8 +66,7 @@ class Sink:
         out = []
         for o in outcomes:
             if o.dead_letter is not None:
-                d = o.dead_letter
-                out.append(OutRecord(self._dlq_topic, d.key, d.value, d.headers()))
+                out.append(self._dead_letter_record(o.dead_letter))
             if o.result is not None:
                 r = o.result
                 value = r.model_dump_json().encode()
@@ -71,6 +74,16 @@ class Sink:
                     OutRecord(o.reply_to or self._results_topic, r.request_id.encode(), value)
                 )
         return out
+
+    def _dead_letter_record(self, d: DeadLetter) -> OutRecord:
+        headers = d.headers()
+        value = d.value
+        # Bytes past what any produce request may carry would stall the sink forever;
+        # the headers still say where the original lies (topic, partition, offset).
+        if value is not None and len(value) > 2 * self._max_value_bytes:
+            headers.append((DeadLetterHeaders.VALUE_OMITTED, str(len(value)).encode()))
+            value = None
+        return OutRecord(self._dlq_topic, d.key, value, headers)
 
     async def _retry(self, what: str, attempt: Callable[[], Awaitable[None]]) -> None:
         delay = self._config.retry_backoff_s
