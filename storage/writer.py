@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import fields
 from datetime import UTC, datetime
 from operator import attrgetter
 from types import TracebackType
@@ -11,17 +10,13 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
+from storage.bulk import BulkStatement
 from storage.engine import begin_write, make_engine
 from storage.errors import unavailable_on_transient_errors
 from storage.migrate import upgrade
 from storage.records import DriftRow, OffsetRow, ResultRow
 from storage.schema import consumer_offsets
 from storage.upserts import build_upserts
-
-_RESULT_FIELDS = tuple(f.name for f in fields(ResultRow))
-_DRIFT_FIELDS = tuple(f.name for f in fields(DriftRow))
-_get_result = attrgetter(*_RESULT_FIELDS)
-_get_drift = attrgetter(*_DRIFT_FIELDS)
 
 
 class ResultStore:
@@ -35,6 +30,12 @@ class ResultStore:
     def __init__(self, url: str, *, migrate: bool = True) -> None:
         self._engine = make_engine(url)
         self._upserts = build_upserts(self._engine.dialect.name)
+        dialect = self._engine.dialect
+        self._results = BulkStatement.compile(self._upserts.results, dialect)
+        self._drift = BulkStatement.compile(self._upserts.drift, dialect)
+        # Rows are dataclasses named like the columns: read them in parameter order.
+        self._result_values = attrgetter(*self._results.columns)
+        self._drift_values = attrgetter(*self._drift.columns)
         if migrate:
             with unavailable_on_transient_errors():
                 upgrade(self._engine)
@@ -56,9 +57,11 @@ class ResultStore:
         with unavailable_on_transient_errors(), begin_write(self._engine) as conn:
             # One executemany per table; empty parameter lists would run it once, bare.
             if results:
-                conn.execute(self._upserts.results, _result_params(results))
+                latest = {row.request_id: row for row in results}
+                self._results.execute(conn, map(self._result_values, latest.values()))
             if drift:
-                conn.execute(self._upserts.drift, _drift_params(drift))
+                latest_drift = {row.request_id: row for row in drift}
+                self._drift.execute(conn, map(self._drift_values, latest_drift.values()))
             if offsets:
                 conn.execute(self._upserts.offsets, _offset_params(offsets))
 
@@ -88,16 +91,6 @@ class ResultStore:
 # A key repeated within one batch is collapsed first (last row wins; highest offset
 # wins): some drivers send a batch as one multi-row INSERT, and PostgreSQL refuses to
 # update the same row twice in one statement.
-
-
-def _result_params(rows: Sequence[ResultRow]) -> list[dict[str, Any]]:
-    latest = {row.request_id: row for row in rows}
-    return [dict(zip(_RESULT_FIELDS, _get_result(row), strict=True)) for row in latest.values()]
-
-
-def _drift_params(rows: Sequence[DriftRow]) -> list[dict[str, Any]]:
-    latest = {row.request_id: row for row in rows}
-    return [dict(zip(_DRIFT_FIELDS, _get_drift(row), strict=True)) for row in latest.values()]
 
 
 def _offset_params(rows: Sequence[OffsetRow]) -> list[dict[str, Any]]:

@@ -52,13 +52,18 @@ class WorkerMetrics:
         # Tally per chunk first: label lookups are the costly part, not the increments.
         statuses: Tally[tuple[str, str]] = Tally()
         codes: Tally[str] = Tally()
+        latencies: dict[str, list[float]] = {}
         for o in outcomes:
             if o.result is not None:
                 statuses[(o.result.model, o.result.status.value)] += 1
-                lane = self.latency.labels(o.result.priority.value)
-                lane.observe(o.result.latency_ms.total / 1000)
+                lane = latencies.setdefault(o.result.priority.value, [])
+                lane.append(o.result.latency_ms.total / 1000)
             if o.dead_letter is not None:
                 codes[o.dead_letter.code] += 1
+        for lane_name, seconds in latencies.items():
+            histogram = self.latency.labels(lane_name)
+            for s in seconds:
+                histogram.observe(s)
         for (model, status), n in statuses.items():
             self.results.labels(model, status).inc(n)
         for code, n in codes.items():
