@@ -12,10 +12,17 @@ from storage import count_results
 from worker.config import KafkaConfig, WorkerSettings
 
 
-def settings_for(bootstrap: str, database_url: str, **overrides: object) -> WorkerSettings:
-    group = KafkaConfig(group_id=f"test-{uuid.uuid4().hex[:8]}")
+def settings_for(
+    bootstrap: str, database_url: str, *, kafka: KafkaConfig | None = None, **overrides: object
+) -> WorkerSettings:
+    """Settings with a consumer group of the test's own."""
+    group = f"test-{uuid.uuid4().hex[:8]}"
+    kafka = (kafka or KafkaConfig()).model_copy(update={"group_id": group})
     return WorkerSettings(
-        bootstrap=bootstrap, database_url=database_url, kafka=group, **overrides  # type: ignore[arg-type]
+        bootstrap=bootstrap,
+        database_url=database_url,
+        kafka=kafka,
+        **overrides,  # type: ignore[arg-type]
     )
 
 

@@ -1,0 +1,70 @@
+"""The benchmark harness runs end to end in its smallest configuration.
+
+Never asserts timings: benchmarks are not timed tests. It checks that the run writes
+its JSON with the expected shape, a PNG and a summary, and that the ratios are
+positive numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(170)
+
+REPO = Path(__file__).resolve().parents[1]
+SYSTEMS = ("naive", "threadpool", "inferlane")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=160,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((out / "results.json").read_text()), out
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+def test_writes_json_png_and_summary(smoke: tuple[dict, Path]) -> None:
+    doc, out = smoke
+    assert set(doc) == {"meta", "scenarios", "ratios", "targets"}
+    assert (out / "results.png").stat().st_size > 0
+    assert "| ratio | value |" in (out / "summary.md").read_text()
+    assert doc["meta"]["mode"] == "smoke"
+    assert doc["meta"]["torch_threads"] >= 1
+
+
+def test_every_scenario_reports_throughput_latency_and_rss(smoke: tuple[dict, Path]) -> None:
+    scenarios = smoke[0]["scenarios"]
+    assert set(scenarios) == {"ceiling", "throughput", "priority", "low_load", "soak"}
+    ceiling = scenarios["ceiling"]["digits"]
+    assert {"throughput_rps", "p50_ms", "p99_ms", "peak_rss_mb", "by_batch"} <= set(ceiling)
+    for system in SYSTEMS:
+        m = scenarios["throughput"]["digits"][system]
+        assert {"throughput_rps", "p50_ms", "p99_ms", "peak_rss_mb", "latency_basis"} <= set(m)
+        assert m["results"] > 0
+        assert _positive(m["peak_rss_mb"])
+
+
+def test_ratios_are_positive_numbers(smoke: tuple[dict, Path]) -> None:
+    ratios = smoke[0]["ratios"]["digits"]
+    for key in ("inferlane_over_ceiling", "inferlane_over_naive", "inferlane_over_threadpool"):
+        assert _positive(ratios[key]), (key, ratios[key])
+
+
+def test_targets_name_value_and_verdict(smoke: tuple[dict, Path]) -> None:
+    targets = smoke[0]["targets"]
+    assert "digits.inferlane_over_naive" in targets
+    for target in targets.values():
+        assert set(target) == {"value", "target", "met"}
