@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -80,6 +81,7 @@ def run(
     from worker.metrics import WorkerMetrics
     from worker.serve import apply_torch_threads, load_registry, serve, with_broker
 
+    _terminate_like_ctrl_c()
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -99,7 +101,7 @@ def run(
     metrics = WorkerMetrics()
     if metrics_port is not None:
         start_http_server(metrics_port, registry=metrics.registry)
-    with with_broker(settings) as resolved:
+    with contextlib.suppress(KeyboardInterrupt), with_broker(settings) as resolved:
         console.print(
             f"inferlane serving {', '.join(registry.names())} from [bold]{resolved.bootstrap}[/] "
             f"into {resolved.database_url}"
@@ -110,10 +112,20 @@ def run(
 @app.command()
 def broker(port: Annotated[int, typer.Option(help="Port to listen on.")] = 9092) -> None:
     """Run the embedded Kafka-compatible broker (Tansu, memory only) in the foreground."""
-    with EmbeddedBroker(port=port) as b:
+    _terminate_like_ctrl_c()
+    # Ctrl-C at any moment, even during startup, is the way to stop: exit cleanly.
+    with contextlib.suppress(KeyboardInterrupt), EmbeddedBroker(port=port) as b:
         console.print(f"broker listening on [bold]{b.bootstrap}[/]; Ctrl-C stops it")
-        with contextlib.suppress(KeyboardInterrupt):
-            b.wait()
+        b.wait()
+
+
+def _terminate_like_ctrl_c() -> None:
+    """SIGTERM (docker stop, systemd) stops as gracefully as Ctrl-C does."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 @app.command()

@@ -26,28 +26,66 @@ DIGIT = [0.0] * 64
 
 # (key, value, expected error code, whether a rejected result is due)
 BAD: list[tuple[bytes | None, bytes, str, bool]] = [
-    (b"bad-json", b'{"request_id": "bad-json", "model": "digits", "inputs": [1,', "bad_record", True),
+    (
+        b"bad-json",
+        b'{"request_id": "bad-json", "model": "digits", "inputs": [1,',
+        "bad_record",
+        True,
+    ),
     (None, b"\xff\xfe\xfa not utf-8", "bad_record", False),
     (None, b"[1, 2, 3]", "bad_record", False),
     (b"bad-missing", b'{"request_id": "bad-missing"}', "bad_record", True),
     (None, b'{"request_id": "", "model": "digits", "inputs": [1]}', "bad_record", False),
-    (b"bad-empty-model", b'{"request_id": "bad-empty-model", "model": "", "inputs": [1]}',
-     "bad_record", True),
-    (b"bad-model", b'{"request_id": "bad-model", "model": "nope", "inputs": [1]}',
-     "unknown_model", True),
-    (b"bad-shape", b'{"request_id": "bad-shape", "model": "digits", "inputs": [1, 2, 3]}',
-     "bad_input", True),
-    (b"bad-type", b'{"request_id": "bad-type", "model": "digits", "inputs": "seven"}',
-     "bad_input", True),
-    (b"bad-nan", b'{"request_id": "bad-nan", "model": "digits", "inputs": [NaN]}',
-     "bad_record", True),
-    (b"bad-inf", b'{"request_id": "bad-inf", "model": "diabetes", "inputs": [1e999]}',
-     "bad_record", True),
-    (b"bad-big", orjson.dumps({"request_id": "bad-big", "model": "digits",
-                               "inputs": DIGIT, "pad": "x" * LIMIT}),
-     "payload_too_large", True),
-    (b"bad-text", b'{"request_id": "bad-text", "model": "minilm", "inputs": ""}',
-     "bad_input", True),
+    (
+        b"bad-empty-model",
+        b'{"request_id": "bad-empty-model", "model": "", "inputs": [1]}',
+        "bad_record",
+        True,
+    ),
+    (
+        b"bad-model",
+        b'{"request_id": "bad-model", "model": "nope", "inputs": [1]}',
+        "unknown_model",
+        True,
+    ),
+    (
+        b"bad-shape",
+        b'{"request_id": "bad-shape", "model": "digits", "inputs": [1, 2, 3]}',
+        "bad_input",
+        True,
+    ),
+    (
+        b"bad-type",
+        b'{"request_id": "bad-type", "model": "digits", "inputs": "seven"}',
+        "bad_input",
+        True,
+    ),
+    (
+        b"bad-nan",
+        b'{"request_id": "bad-nan", "model": "digits", "inputs": [NaN]}',
+        "bad_record",
+        True,
+    ),
+    (
+        b"bad-inf",
+        b'{"request_id": "bad-inf", "model": "diabetes", "inputs": [1e999]}',
+        "bad_record",
+        True,
+    ),
+    (
+        b"bad-big",
+        orjson.dumps(
+            {"request_id": "bad-big", "model": "digits", "inputs": DIGIT, "pad": "x" * LIMIT}
+        ),
+        "payload_too_large",
+        True,
+    ),
+    (
+        b"bad-text",
+        b'{"request_id": "bad-text", "model": "minilm", "inputs": ""}',
+        "bad_input",
+        True,
+    ),
 ]
 
 
@@ -66,8 +104,9 @@ async def test_bad_records_are_dead_lettered_and_good_ones_served(
             ids += await asyncio.to_thread(client.publish, good[60:])
             rejected_ids = [k.decode() for k, _, _, due in BAD if due and k]
             results = await asyncio.to_thread(client.results, ids + rejected_ids, timeout_s=90)
-        dead = await asyncio.to_thread(read_topic, broker.bootstrap, settings.topics.dead_letters,
-                                       len(BAD))
+        dead = await asyncio.to_thread(
+            read_topic, broker.bootstrap, settings.topics.dead_letters, len(BAD)
+        )
 
     assert all(results[i].status == Status.OK for i in ids)
     for rid in rejected_ids:
@@ -94,7 +133,8 @@ async def test_a_record_too_large_to_carry_back_keeps_its_reason_not_its_bytes(
     broker: EmbeddedBroker, tmp_path: Path, demo_registry: ModelRegistry
 ) -> None:
     settings = settings_for(
-        broker.bootstrap, f"sqlite:///{tmp_path / 'huge.db'}",
+        broker.bootstrap,
+        f"sqlite:///{tmp_path / 'huge.db'}",
         kafka=KafkaConfig(max_message_bytes=LIMIT),
     )
     huge = b'{"request_id": "huge", "pad": "' + b"x" * (3 * LIMIT) + b'"}'
@@ -104,7 +144,9 @@ async def test_a_record_too_large_to_carry_back_keeps_its_reason_not_its_bytes(
             client.send_raw(huge, key=b"huge")
             client.flush()
             results = await asyncio.to_thread(client.results, ["huge"], timeout_s=60)
-        dead = await asyncio.to_thread(read_topic, broker.bootstrap, settings.topics.dead_letters, 1)
+        dead = await asyncio.to_thread(
+            read_topic, broker.bootstrap, settings.topics.dead_letters, 1
+        )
 
     assert results["huge"].status == Status.REJECTED
     [letter] = dead
@@ -119,14 +161,23 @@ async def test_a_model_that_raises_fails_only_the_poison_requests(
 ) -> None:
     weights = tmp_path / "poison.safetensors"
     save_file(build().state_dict(), str(weights))
-    poison = ModelSpec.model_validate({
-        "name": "poison", "version": "1", "format": "factory", "path": weights,
-        "factory": "e2e.poison:build", "adapter": {"kind": "regressor", "features": 4},
-    })
+    poison = ModelSpec.model_validate(
+        {
+            "name": "poison",
+            "version": "1",
+            "format": "factory",
+            "path": weights,
+            "factory": "e2e.poison:build",
+            "adapter": {"kind": "regressor", "features": 4},
+        }
+    )
     registry = ModelRegistry([*RegistryFile.from_toml(demo_registry_path).models, poison])
     requests = [
-        {"request_id": f"p-{i}", "model": "poison",
-         "inputs": [POISON if i % 10 == 3 else float(i), 1.0, 2.0, 3.0]}
+        {
+            "request_id": f"p-{i}",
+            "model": "poison",
+            "inputs": [POISON if i % 10 == 3 else float(i), 1.0, 2.0, 3.0],
+        }
         for i in range(40)
     ]
     settings = settings_for(broker.bootstrap, f"sqlite:///{tmp_path / 'p.db'}")
@@ -135,7 +186,9 @@ async def test_a_model_that_raises_fails_only_the_poison_requests(
             await asyncio.to_thread(client.watch_results)
             ids = await asyncio.to_thread(client.publish, requests)
             results = await asyncio.to_thread(client.results, ids, timeout_s=60)
-        dead = await asyncio.to_thread(read_topic, broker.bootstrap, settings.topics.dead_letters, 4)
+        dead = await asyncio.to_thread(
+            read_topic, broker.bootstrap, settings.topics.dead_letters, 4
+        )
 
     poisoned = {f"p-{i}" for i in range(40) if i % 10 == 3}
     for rid, result in results.items():

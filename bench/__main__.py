@@ -1,0 +1,172 @@
+"""``python -m bench [--quick | --smoke] [--out DIR]``: every scenario, side by side."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from bench import report
+from bench.plan import FULL, PLANS, Plan
+from bench.scenarios import ceiling, low_load, priority, soak, throughput
+from bench.scenarios.common import Context, Measured
+
+SCENARIOS = ("ceiling", "naive", "threadpool", "inferlane", "priority", "low_load", "soak")
+console = Console()
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="every scenario, under 3 minutes")
+    size.add_argument("--smoke", action="store_true", help="digits only, tiny (CI)")
+    parser.add_argument("--out", type=Path, default=Path("bench/out"), help="output folder")
+    parser.add_argument("--torch-threads", type=int, default=min(2, os.cpu_count() or 1),
+                        help="torch intra-op threads, the same for every scenario")
+    parser.add_argument("--only", default=None,
+                        help=f"comma-separated subset of: {', '.join(SCENARIOS)} "
+                        "(default: all; --smoke: the first four)")
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy the worker in its throughput runs (profile-*.txt)")
+    parser.add_argument("--worker-args", default="",
+                        help='extra `inferlane run` flags, e.g. "--max-batch 32"')
+    parser.add_argument("--models", default=None, help="comma-separated: digits,minilm")
+    return parser.parse_args(argv)
+
+
+def _plan(args: argparse.Namespace) -> Plan:
+    plan = PLANS["smoke"] if args.smoke else PLANS["quick"] if args.quick else FULL
+    if args.models:
+        plan = dataclasses.replace(plan, models=tuple(args.models.split(",")))
+    return plan
+
+
+def _machine() -> dict[str, Any]:
+    import psutil
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def _load_avg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _ceilings(ctx: Context) -> dict[str, dict[str, Any]]:
+    import torch
+
+    from worker.models import ModelRegistry
+    from worker.models.demo import ensure_demo_models
+
+    torch.set_num_threads(ctx.torch_threads)
+    registry = ModelRegistry.from_toml(ensure_demo_models())
+    return {model: ceiling.measure(ctx, registry, model) for model in ctx.plan.models}
+
+
+def run(ctx: Context, only: set[str]) -> tuple[dict[str, dict[str, Any]], list[Measured]]:
+    """Every selected scenario in turn; each system under test runs alone."""
+    steps: list[tuple[str, Callable[[], Any]]] = []
+    measured: list[Measured] = []
+    ceilings: dict[str, dict[str, Any]] = {}
+    if "ceiling" in only:
+        steps.append(("ceiling", lambda: ceilings.update(_ceilings(ctx))))
+    for model in ctx.plan.models:
+        for system in ctx.plan.systems:
+            if system in only:
+                steps.append((f"{model} {system}", _adder(measured, throughput.run, ctx,
+                                                          model, system)))
+    if "priority" in only:
+        steps.append(("priority",
+                      lambda: measured.extend(priority.run(ctx, _digits_rps(measured)))))
+    if "low_load" in only:
+        steps.append(("low load", _adder(measured, low_load.run, ctx)))
+    if "soak" in only:
+        steps.append(("soak", _adder(measured, soak.run, ctx)))
+    for i, (name, step) in enumerate(steps, 1):
+        started = time.monotonic()
+        with console.status(f"[{i}/{len(steps)}] {name}"):
+            step()
+        console.print(f"[dim][{i}/{len(steps)}] {name}: {time.monotonic() - started:.0f}s[/]")
+    return ceilings, measured
+
+
+def _digits_rps(measured: list[Measured]) -> float | None:
+    """inferlane's digits throughput earlier in this run, to size the priority backlog."""
+    rates = [m.throughput_rps for m in measured
+             if (m.scenario, m.model, m.system) == ("throughput", "digits", "inferlane")]
+    return rates[0] if rates else None
+
+
+def _adder(into: list[Measured], fn: Callable[..., Any], *args: Any) -> Callable[[], None]:
+    def step() -> None:
+        got = fn(*args)
+        into.extend(got if isinstance(got, list) else [got])
+
+    return step
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    plan = _plan(args)
+    only = set(args.only.split(",") if args.only else plan.default_scenarios)
+    if unknown := only - set(SCENARIOS):
+        raise SystemExit(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    ctx = Context(plan, args.out, args.torch_threads, say=console.print,
+                  profile=args.profile, worker_args=tuple(shlex.split(args.worker_args)))
+    meta: dict[str, Any] = {
+        "mode": plan.mode,
+        "command": shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None
+                                                          else argv)]),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "torch_threads": args.torch_threads,
+        "worker_args": args.worker_args,
+        "machine": _machine(),
+        "load_avg_start": _load_avg(),
+        "plan": dataclasses.asdict(plan),
+    }
+    console.print(f"bench [bold]{plan.mode}[/]: {meta['machine']['cpu']}, "
+                  f"{meta['machine']['cores']} cores, {args.torch_threads} torch threads")
+    started = time.monotonic()
+    ceilings, measured = run(ctx, only)
+    meta["duration_s"] = round(time.monotonic() - started, 1)
+    meta["load_avg_end"] = _load_avg()
+    scenarios = report.scenarios_json(ceilings, measured)
+    ratios = report.ratios(scenarios)
+    doc = report.finite({"meta": meta, "scenarios": scenarios, "ratios": ratios,
+                         "targets": report.targets(ratios)})
+    report.write_json(args.out / "results.json", doc)
+    report.plot(args.out / "results.png", doc)
+    summary = report.markdown(doc)
+    (args.out / "summary.md").write_text(summary)
+    console.print(summary)
+    console.print(f"wrote {args.out / 'results.json'}, results.png, summary.md "
+                  f"in {meta['duration_s']:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Measurement helpers: quantiles, throughput over a window, RSS sampling."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import psutil
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank quantile; NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
+    return float(ordered[rank])
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    p50_ms: float
+    p99_ms: float
+    samples: int
+
+    @classmethod
+    def of(cls, values_ms: Sequence[float]) -> Latency:
+        return cls(quantile(values_ms, 0.5), quantile(values_ms, 0.99), len(values_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """Results read in one fetch: when they arrived (monotonic and wall clock), and how many."""
+
+    mono_s: float
+    wall_s: float
+    values: list[bytes]
+
+
+def window_rate(arrivals: Sequence[Arrival]) -> tuple[float, int, float]:
+    """(results/s, results counted, seconds) from the first fetch that returned results
+    to the last one; the first fetch's results are not counted (they mark the start)."""
+    filled = [a for a in arrivals if a.values]
+    if len(filled) < 2:
+        return 0.0, 0, 0.0
+    seconds = filled[-1].mono_s - filled[0].mono_s
+    counted = sum(len(a.values) for a in filled[1:])
+    return (counted / seconds if seconds > 0 else 0.0), counted, seconds
+
+
+@dataclass
+class RssSampler:
+    """Samples a process's resident set size every ``interval_s`` on a daemon thread."""
+
+    pid: int
+    interval_s: float = 0.5
+    samples: list[tuple[float, int]] = field(default_factory=list)  # (monotonic s, bytes)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+
+    def start(self) -> RssSampler:
+        self._thread = threading.Thread(target=self._loop, name="bench-rss", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+
+    def _loop(self) -> None:
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(self.pid)
+            while not self._stop.is_set():
+                self.samples.append((time.monotonic(), proc.memory_info().rss))
+                self._stop.wait(self.interval_s)
+
+    @property
+    def peak_mb(self) -> float:
+        return max((rss for _, rss in self.samples), default=0) / 2**20
+
+    def rss_at(self, mono_s: float) -> int:
+        """The last sample taken at or before ``mono_s`` (the first one if none was)."""
+        before = [rss for t, rss in self.samples if t <= mono_s]
+        return before[-1] if before else (self.samples[0][1] if self.samples else 0)

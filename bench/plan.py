@@ -1,0 +1,84 @@
+"""How big each scenario is in each mode: smoke (CI, seconds), quick (< 3 min), full."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    mode: str
+    models: tuple[str, ...]
+    ceiling_batches: dict[str, tuple[int, ...]]
+    ceiling_min_s: float  # timed forward passes per batch size, at least this long
+    backlog: dict[str, int]  # requests pre-published per throughput run, per model
+    run_s: float  # a throughput run stops this long after its first result
+    priority_low: int  # saturating `low` backlog (digits)
+    priority_rate_hz: float  # sparse `high` requests
+    priority_s: float
+    low_load_rate_hz: dict[str, float]
+    low_load_s: float
+    soak_requests: int
+    systems: tuple[str, ...] = ("naive", "threadpool", "inferlane")
+    # Scenarios run when ``--only`` is not given.
+    default_scenarios: tuple[str, ...] = (
+        "ceiling", "naive", "threadpool", "inferlane", "priority", "low_load", "soak"
+    )
+    timeout_s: float = 120.0  # no scenario waits longer than this for its results
+
+
+SMOKE = Plan(
+    mode="smoke",
+    models=("digits",),
+    ceiling_batches={"digits": (1, 64)},
+    ceiling_min_s=0.05,
+    backlog={"digits": 300},
+    run_s=1.0,
+    priority_low=2000,
+    priority_rate_hz=10,
+    priority_s=1.0,
+    low_load_rate_hz={"digits": 10},
+    low_load_s=1.0,
+    soak_requests=1000,
+    timeout_s=60.0,
+    # Seconds, for CI: one of each kind of Kafka system (each start costs ~6 s).
+    default_scenarios=("ceiling", "naive", "threadpool", "inferlane"),
+)
+
+QUICK = Plan(
+    mode="quick",
+    models=("digits", "minilm"),
+    ceiling_batches={"digits": (1, 16, 64, 256, 1024), "minilm": (1, 8, 32, 64)},
+    ceiling_min_s=0.4,
+    # inferlane delivers results in chunks (up to 4096): a run must span several.
+    backlog={"digits": 25_000, "minilm": 512},
+    run_s=5.0,
+    priority_low=25_000,
+    priority_rate_hz=20,
+    priority_s=3.0,
+    low_load_rate_hz={"digits": 20, "minilm": 5},
+    low_load_s=3.0,
+    soak_requests=12_000,
+    timeout_s=60.0,
+)
+
+FULL = Plan(
+    mode="full",
+    models=("digits", "minilm"),
+    ceiling_batches={
+        "digits": (1, 8, 32, 64, 128, 256, 512, 1024),
+        "minilm": (1, 4, 8, 16, 32, 64),
+    },
+    ceiling_min_s=2.0,
+    backlog={"digits": 150_000, "minilm": 4000},
+    run_s=20.0,
+    priority_low=200_000,
+    priority_rate_hz=20,
+    priority_s=20.0,
+    low_load_rate_hz={"digits": 20, "minilm": 5},
+    low_load_s=20.0,
+    soak_requests=200_000,
+    timeout_s=600.0,
+)
+
+PLANS = {p.mode: p for p in (SMOKE, QUICK, FULL)}

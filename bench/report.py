@@ -1,0 +1,193 @@
+"""The run's outputs: ``results.json`` (with ``ratios`` and ``targets``), ``results.png``
+and ``summary.md`` (the tables docs/BENCHMARKS.md quotes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from bench.scenarios.common import Measured
+
+# (ratio path, comparison, threshold), from the issue's targets for this machine (CPU).
+TARGETS: tuple[tuple[str, str, float], ...] = (
+    ("minilm.inferlane_over_ceiling", ">=", 0.9),
+    ("minilm.inferlane_over_naive", ">=", 2.5),
+    ("minilm.inferlane_over_threadpool", ">=", 2.5),
+    ("digits.inferlane_rps", ">=", 5000.0),
+    ("digits.inferlane_over_naive", ">=", 10.0),
+    ("soak.rss_growth_after_warm_up", "<", 0.05),
+)
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or not b or math.isnan(a) or math.isnan(b):
+        return None
+    return a / b
+
+
+def scenarios_json(
+    ceiling: dict[str, dict[str, Any]], measured: list[Measured]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"ceiling": ceiling, "throughput": {}, "priority": {},
+                           "low_load": {}, "soak": None}
+    for m in measured:
+        entry = dataclasses.asdict(m)
+        if m.scenario == "throughput":
+            out["throughput"].setdefault(m.model, {})[m.system] = entry
+        elif m.scenario == "priority":
+            out["priority"][m.system] = entry
+        elif m.scenario == "low_load":
+            out["low_load"][m.model] = entry
+        elif m.scenario == "soak":
+            out["soak"] = entry
+    return out
+
+
+def ratios(scenarios: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    out: dict[str, dict[str, float | None]] = {}
+    for model, systems in scenarios["throughput"].items():
+        rps = {name: s["throughput_rps"] for name, s in systems.items()}
+        ceiling = scenarios["ceiling"].get(model, {})
+        mine = rps.get("inferlane")
+        out[model] = {
+            "inferlane_rps": mine,
+            "inferlane_over_ceiling": _div(mine, ceiling.get("throughput_rps")),
+            "inferlane_over_ceiling_with_collate": _div(mine, ceiling.get("run_rps_at_best")),
+            "inferlane_over_naive": _div(mine, rps.get("naive")),
+            "inferlane_over_threadpool": _div(mine, rps.get("threadpool")),
+            "threadpool_over_naive": _div(rps.get("threadpool"), rps.get("naive")),
+        }
+    prio = scenarios["priority"]
+    lanes, fifo = prio.get("inferlane-lanes"), prio.get("inferlane-single-lane")
+    if lanes and fifo:
+        out["priority"] = {
+            "high_p50_single_lane_over_lanes": _div(fifo["p50_ms"], lanes["p50_ms"]),
+            "high_p99_single_lane_over_lanes": _div(fifo["p99_ms"], lanes["p99_ms"]),
+        }
+    soak = scenarios["soak"]
+    if soak:
+        extra = soak["extra"]
+        out["soak"] = {
+            "rss_end_over_warm_up": _div(extra["rss_end_mb"], extra["rss_warm_mb"]),
+            "rss_growth_after_warm_up": extra["rss_growth"],
+        }
+    return out
+
+
+def targets(ratio: dict[str, dict[str, float | None]]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for path, op, threshold in TARGETS:
+        group, _, key = path.partition(".")
+        value = ratio.get(group, {}).get(key)
+        met = None if value is None else (value >= threshold if op == ">=" else value < threshold)
+        out[path] = {"value": value, "target": f"{op} {threshold:g}", "met": met}
+    return out
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    path.write_text(json.dumps(doc, indent=2, default=_nan_safe, allow_nan=False) + "\n")
+
+
+def _nan_safe(value: Any) -> Any:
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def finite(doc: Any) -> Any:
+    """NaN and infinities become null (strict JSON)."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: finite(v) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [finite(v) for v in doc]
+    return doc
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    sc, meta = doc["scenarios"], doc["meta"]
+    lines = [
+        f"Mode `{meta['mode']}`, {meta['machine']['cpu']} ({meta['machine']['cores']} cores), "
+        f"torch {meta['machine']['torch']}, {meta['torch_threads']} torch threads everywhere; "
+        f"load average {meta['load_avg_start']} at start, {meta['load_avg_end']} at end.",
+        "",
+        "| model | scenario | throughput (req/s) | p50 ms | p99 ms | peak RSS MiB "
+        "| latency basis |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for model, c in sc["ceiling"].items():
+        lines.append(f"| {model} | ceiling (batch {c['best_batch']}) | "
+                     f"{_fmt(c['throughput_rps'])} | {_fmt(c['p50_ms'], 2)} | "
+                     f"{_fmt(c['p99_ms'], 2)} | {_fmt(c['peak_rss_mb'], 0)} | one forward pass |")
+    rows = [m for group in sc["throughput"].values() for m in group.values()]
+    rows += list(sc["priority"].values()) + list(sc["low_load"].values())
+    rows += [sc["soak"]] if sc["soak"] else []
+    for m in rows:
+        basis = "server" if m["latency_basis"].startswith("server") else "end to end"
+        name = m["scenario"] if m["scenario"] != "throughput" else m["system"]
+        if m["scenario"] in ("priority",):
+            name, basis = f"priority, {m['system']}", "end to end, high lane"
+        lines.append(f"| {m['model']} | {name} | {_fmt(m['throughput_rps'])} | "
+                     f"{_fmt(m['p50_ms'])} | {_fmt(m['p99_ms'])} | "
+                     f"{_fmt(m['peak_rss_mb'], 0)} | {basis} |")
+    lines += ["", "| ratio | value |", "|---|---:|"]
+    for group, values in doc["ratios"].items():
+        for key, value in values.items():
+            lines.append(f"| {group}.{key} | {_fmt(value, 3)} |")
+    lines += ["", "| target | value | met |", "|---|---:|:---:|"]
+    for path, t in doc["targets"].items():
+        met = {True: "yes", False: "**no**", None: "not run"}[t["met"]]
+        lines.append(f"| {path} {t['target']} | {_fmt(t['value'], 3)} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(path: Path, doc: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sc = doc["scenarios"]
+    fig, (ax_rps, ax_prio, ax_rss) = plt.subplots(1, 3, figsize=(18, 5))
+    labels, values = [], []
+    for model, c in sc["ceiling"].items():
+        labels.append(f"{model}\nceiling")
+        values.append(c["throughput_rps"])
+        for system, m in sc["throughput"].get(model, {}).items():
+            labels.append(f"{model}\n{system}")
+            values.append(m["throughput_rps"])
+    ax_rps.bar(range(len(values)), values, color="tab:blue")
+    ax_rps.set_xticks(range(len(values)), labels, fontsize=8)
+    ax_rps.set_yscale("log")
+    ax_rps.set_ylabel("requests/s (log)")
+    ax_rps.set_title("throughput per scenario")
+    for system, m in sc["priority"].items():
+        series = m["extra"]["series"]
+        if series:
+            xs, ys = zip(*series, strict=True)
+            ax_prio.plot(xs, ys, marker=".", label=system)
+    if ax_prio.lines:
+        ax_prio.set_yscale("log")
+        ax_prio.legend()
+    ax_prio.set_xlabel("seconds since the first high request")
+    ax_prio.set_ylabel("high-lane latency, ms (log)")
+    ax_prio.set_title("priority: high requests under a saturating low backlog")
+    if sc["soak"]:
+        extra = sc["soak"]["extra"]
+        xs, ys = zip(*extra["series"], strict=True)
+        ax_rss.plot(xs, ys, color="tab:green")
+        ax_rss.axvline(extra["warm_up_end_s"], linestyle="--", color="grey", label="warm-up end")
+        ax_rss.axvline(extra["last_result_s"], linestyle=":", color="grey", label="last result")
+        ax_rss.legend()
+    ax_rss.set_xlabel("seconds since worker start")
+    ax_rss.set_ylabel("worker RSS, MiB")
+    ax_rss.set_title("soak: worker RSS")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,1 @@
+"""One module per scenario; each returns plain result objects for ``bench.report``."""

@@ -1,0 +1,94 @@
+"""Ceiling: the model's own forward pass at each batch size; no Kafka, no decoding.
+
+In-process, on pre-collated batches, with the same torch thread count as every other
+scenario. For minilm the workload's sentences are sorted by length before they are cut
+into batches (the least padding any batcher could achieve). ``run_rps`` adds what the
+worker must also do per batch (collate/tokenize, and split the output to JSON values).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import psutil
+import torch
+
+from bench import workloads
+from bench.measure import Latency
+from bench.scenarios.common import Context
+from worker.models import LoadedModel, ModelRegistry
+
+
+def _items(model: LoadedModel, n: int) -> list[Any]:
+    if model.name == "minilm":
+        raw: list[Any] = sorted(workloads.texts(n), key=len)
+    else:
+        raw = workloads.digit_rows(n)
+    return [model.adapter.prepare(x) for x in raw]
+
+
+def _timed(fn: Any, batches: list[tuple[Any, int]], min_s: float,
+           calls_ms: list[float] | None = None, rounds: int = 3) -> float:
+    """Items per second: the best of ``rounds`` rounds, each calling ``fn`` over
+    ``batches`` in turn for at least ``min_s / rounds``. Best-of, as timeit does: on a
+    shared machine, the fastest round is the one least disturbed by other processes.
+    Each call's duration goes to ``calls_ms`` if given."""
+    best = 0.0
+    for _ in range(rounds):
+        done, started, i = 0, time.perf_counter(), 0
+        while True:
+            batch, size = batches[i % len(batches)]
+            t = time.perf_counter()
+            fn(batch)
+            if calls_ms is not None:
+                calls_ms.append((time.perf_counter() - t) * 1000)
+            done, i = done + size, i + 1
+            elapsed = time.perf_counter() - started
+            if elapsed >= min_s / rounds:
+                break
+        best = max(best, done / elapsed)
+    return best
+
+
+def _forward(model: LoadedModel) -> Any:
+    def call(batch: Any) -> Any:
+        with torch.inference_mode():
+            return model.module(**batch) if isinstance(batch, dict) else model.module(batch)
+
+    return call
+
+
+def measure(ctx: Context, registry: ModelRegistry, name: str) -> dict[str, Any]:
+    model = registry.get(name)
+    sizes = ctx.plan.ceiling_batches[name]
+    items = _items(model, max(sizes) * 2)
+    registry.warmup(name, max(sizes))
+    per_batch: dict[str, dict[str, float]] = {}
+    for size in sizes:
+        chunks = [items[i : i + size] for i in range(0, len(items) - size + 1, size)]
+        random.Random(0).shuffle(chunks)  # any prefix of the rounds is representative
+        collated = [(model.adapter.collate(c), len(c)) for c in chunks]
+        _timed(_forward(model), collated[:1], 0.0)  # shape warm-up
+        calls: list[float] = []
+        forward_rps = _timed(_forward(model), collated, ctx.plan.ceiling_min_s, calls)
+        run_rps = _timed(model.run, [(c, len(c)) for c in chunks], ctx.plan.ceiling_min_s)
+        lat = Latency.of(calls)
+        per_batch[str(size)] = {"forward_rps": forward_rps, "run_rps": run_rps,
+                                "p50_ms": lat.p50_ms, "p99_ms": lat.p99_ms}
+        ctx.say(f"  ceiling {name} batch {size}: {forward_rps:,.0f}/s forward, "
+                f"{run_rps:,.0f}/s with collate+split")
+    best = max(per_batch, key=lambda k: per_batch[k]["forward_rps"])
+    return {
+        "model": name,
+        "by_batch": per_batch,
+        "best_batch": int(best),
+        "throughput_rps": per_batch[best]["forward_rps"],
+        "run_rps_at_best": per_batch[best]["run_rps"],
+        "p50_ms": per_batch[best]["p50_ms"],
+        "p99_ms": per_batch[best]["p99_ms"],
+        "latency_basis": "one forward pass of the best batch size",
+        "peak_rss_mb": psutil.Process().memory_info().rss / 2**20,
+        "note": "in the harness process; RSS includes the harness",
+    }

@@ -1,0 +1,80 @@
+"""What every scenario shares: its context, its result shape, and result parsing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.kafka_io import ResultsReader
+from bench.plan import Plan
+from bench.procs import Service
+
+# Latency bases, named in every result so that no two are compared by mistake.
+SERVER = "server: record received by the consumer -> result ready (latency_ms.total)"
+END_TO_END = "end to end: request sent -> result read from the results topic"
+
+
+@dataclass
+class Context:
+    plan: Plan
+    out: Path
+    torch_threads: int
+    say: Callable[[str], None] = print
+    profile: bool = False  # py-spy on inferlane's throughput runs (bench.profile)
+    worker_args: tuple[str, ...] = ()  # extra `inferlane run` flags, e.g. --max-batch 32
+
+    def path(self, name: str) -> Path:
+        return self.out / name
+
+
+@dataclass
+class Measured:
+    """One system in one scenario."""
+
+    scenario: str
+    model: str
+    system: str
+    throughput_rps: float
+    p50_ms: float
+    p99_ms: float
+    peak_rss_mb: float
+    results: int
+    window_s: float
+    latency_basis: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse(values: list[bytes]) -> list[dict[str, Any]]:
+    """Results as dicts, the first one per request id (Kafka delivery is at least once)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for value in values:
+        result = orjson.loads(value)
+        seen.setdefault(result["request_id"], result)
+    return list(seen.values())
+
+
+def server_latencies(results: list[dict[str, Any]]) -> list[float]:
+    return [float(r["latency_ms"]["total"]) for r in results if r.get("status") == "ok"]
+
+
+async def read_while_alive(
+    reader: ResultsReader, service: Service, n: int, *, timeout_s: float,
+    run_s: float | None = None,
+) -> None:
+    """``reader.until`` in short steps, failing fast if the service dies."""
+    deadline = time.monotonic() + timeout_s
+    while reader.count < n and time.monotonic() < deadline:
+        service.check_alive()
+        step = min(1.0, deadline - time.monotonic())
+        if await reader.until(n, timeout_s=step, run_s=run_s):
+            return
+        if run_s is not None and reader.arrivals and \
+                time.monotonic() - reader.arrivals[0].mono_s >= run_s:
+            return
+    if not reader.arrivals:
+        raise TimeoutError(f"no results within {timeout_s:.0f}s (see {service.log})")

@@ -1,0 +1,132 @@
+"""Priority: sparse `high` requests while a `low` backlog saturates the worker.
+
+The same worker twice, on fresh brokers: with its lanes, and with ``--single-lane``
+(one FIFO lane, the baseline). A digits backlog on the low topic keeps the worker busy;
+once its first result is out, `high` requests are sent at a fixed rate, each stamped
+with its send time. Latency is end to end: send -> result read from the results topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaProducer
+
+from bench import workloads
+from bench.kafka_io import TOPICS, ResultsReader, create_topics, publish
+from bench.measure import Latency, window_rate
+from bench.procs import Service, inferlane_command
+from bench.scenarios.common import END_TO_END, Context, Measured, read_while_alive
+from worker.broker import embedded_broker
+
+MODEL = "digits"
+HIGH = "HIPRI"  # request id prefix of the high requests; absent from every other id
+
+
+async def _send_high(bootstrap: str, rate_hz: float, seconds: float) -> int:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+    await producer.start()
+    try:
+        n, started = int(rate_hz * seconds), time.monotonic()
+        for i in range(n):
+            await asyncio.sleep(max(0.0, started + i / rate_hz - time.monotonic()))
+            key, value = workloads.timed_record(MODEL, i, prefix=HIGH)
+            await producer.send(TOPICS.high, value, key=key)
+        await producer.flush()
+        return n
+    finally:
+        await producer.stop()
+
+
+async def _read_high(reader: ResultsReader, service: Service, n: int, timeout_s: float) -> None:
+    deadline, marker = time.monotonic() + timeout_s, HIGH.encode() + b"-"
+    seen, scanned = 0, len(reader.arrivals)
+    while seen < n and time.monotonic() < deadline:
+        service.check_alive()
+        await reader.poll()
+        for arrival in reader.arrivals[scanned:]:  # only what is new: the CPU is shared
+            seen += sum(marker in v for v in arrival.values)
+        scanned = len(reader.arrivals)
+
+
+def _high_latencies(reader: ResultsReader) -> list[tuple[float, float, float]]:
+    """(sent at, wall s; end-to-end latency, ms; in-worker latency, ms) per high
+    request, first result only."""
+    seen: dict[str, tuple[float, float, float]] = {}
+    marker = HIGH.encode() + b"-"
+    for arrival in reader.arrivals:
+        for value in arrival.values:
+            if marker in value:
+                r = orjson.loads(value)
+                sent = float(r["metadata"]["sent_at"])
+                server = float(r["latency_ms"]["total"])
+                seen.setdefault(r["request_id"], (sent, (arrival.wall_s - sent) * 1000, server))
+    return sorted(seen.values())
+
+
+def backlog_for(ctx: Context, rate_rps: float | None) -> int:
+    """A low backlog that outlasts the high requests: the plan's size, or more when this
+    run measured the worker faster (1.5x its rate over the window plus start-up)."""
+    plan = ctx.plan
+    if not rate_rps:
+        return plan.priority_low
+    return max(plan.priority_low, int(1.5 * rate_rps * (plan.priority_s + 4)))
+
+
+async def measure(ctx: Context, single_lane: bool, low: int) -> Measured:
+    plan = ctx.plan
+    system = "inferlane-single-lane" if single_lane else "inferlane-lanes"
+    db = ctx.path(f"priority-{system}.db")
+    db.unlink(missing_ok=True)
+    extra = (*ctx.worker_args, "--single-lane") if single_lane else ctx.worker_args
+    with embedded_broker() as broker:
+        await create_topics(broker.bootstrap)
+        reader = await ResultsReader(broker.bootstrap).start()
+        try:
+            cmd = inferlane_command(broker.bootstrap, db, torch_threads=ctx.torch_threads,
+                                    extra=extra)
+            with Service(cmd, ctx.path(f"logs/priority-{system}.log")) as service:
+                await publish(broker.bootstrap, TOPICS.low,
+                              workloads.records(MODEL, low, prefix="bulk"))
+                await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
+                sender = asyncio.create_task(
+                    _send_high(broker.bootstrap, plan.priority_rate_hz, plan.priority_s))
+                n_high = int(plan.priority_rate_hz * plan.priority_s)
+                await _read_high(reader, service, n_high, plan.priority_s + plan.timeout_s)
+                await sender
+                assert service.rss is not None
+                peak = service.rss.peak_mb
+        finally:
+            await reader.stop()
+    series = _high_latencies(reader)
+    lat = Latency.of([ms for _, ms, _ in series])
+    in_worker = Latency.of([ms for _, _, ms in series])
+    rate, counted, seconds = window_rate(reader.arrivals)
+    low_done = reader.count - len(series)
+    first = series[0][0] if series else 0.0
+    extra_out: dict[str, Any] = {
+        "high_requests": n_high,
+        "high_answered": len(series),
+        "high_rate_hz": plan.priority_rate_hz,
+        "low_backlog": low,
+        "low_done_at_end": low_done,
+        "saturated": low_done < low,  # the backlog outlasted the high requests
+        "server_p50_ms": in_worker.p50_ms,
+        "server_p99_ms": in_worker.p99_ms,
+        "series": [(round(t - first, 3), round(ms, 2)) for t, ms, _ in series],
+    }
+    ctx.say(f"  priority {system}: high p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms "
+            f"({len(series)}/{n_high} answered; in the worker p50 {in_worker.p50_ms:.1f} ms, "
+            f"p99 {in_worker.p99_ms:.1f} ms); all results {rate:,.0f}/s; "
+            f"saturated={extra_out['saturated']}")
+    return Measured("priority", MODEL, system, rate, lat.p50_ms, lat.p99_ms, peak, counted,
+                    seconds, END_TO_END, extra_out)
+
+
+def run(ctx: Context, rate_rps: float | None = None) -> list[Measured]:
+    """Lanes, then one FIFO lane; ``rate_rps``: inferlane's digits rate, if measured."""
+    low = backlog_for(ctx, rate_rps)
+    return [asyncio.run(measure(ctx, single_lane, low)) for single_lane in (False, True)]
