@@ -38,6 +38,7 @@ class Ingress:
         group_id: str,
         client_id: str,
         max_records: int,
+        max_wait_ms: int,
         max_message_bytes: int,
         session_timeout_ms: int,
     ) -> None:
@@ -49,6 +50,7 @@ class Ingress:
             client_id=client_id,
             enable_auto_commit=False,  # we commit only what is durable
             auto_offset_reset="earliest",
+            fetch_max_wait_ms=max_wait_ms,
             # Oversized records must still arrive, so that they can be dead-lettered.
             max_partition_fetch_bytes=max(1_048_576, 2 * max_message_bytes),
             session_timeout_ms=session_timeout_ms,

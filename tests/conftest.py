@@ -71,7 +71,9 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     engine = make_engine(url)
     with engine.begin() as conn:
         conn.execute(
-            text("DROP TABLE IF EXISTS inference_results, inference_log, consumer_offsets, "
-                 "alembic_version")
+            text(
+                "DROP TABLE IF EXISTS inference_results, inference_log, consumer_offsets, "
+                "alembic_version"
+            )
         )
     engine.dispose()

@@ -26,7 +26,10 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     out = tmp_path_factory.mktemp("bench")
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=160,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=160,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((out / "results.json").read_text()), out

@@ -13,6 +13,11 @@ from worker.pending import Pending
 
 LANE_ORDER = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
 
+# How many batches deep grouping by cost looks: deep enough that a batch of text spans
+# a narrow band of lengths (minilm ran ~1.4x faster sorted than in arrival order), while
+# the oldest item always rides in the batch taken, so nothing waits behind its cost.
+COST_LOOKAHEAD_BATCHES = 16
+
 
 class Lane:
     """Requests of one priority; per model a FIFO, so a batch never mixes models."""
@@ -76,8 +81,7 @@ class Lane:
 
 
 def _take_similar(queue: deque[Pending], limit: int) -> list[Pending]:
-    # Look a few batches deep: far enough to find similar lengths, near enough to stay fair.
-    window = min(len(queue), limit * 4)
+    window = min(len(queue), limit * COST_LOOKAHEAD_BATCHES)
     candidates = [queue.popleft() for _ in range(window)]
     head_cost = candidates[0].cost
     ranked = sorted(range(1, window), key=lambda i: abs(candidates[i].cost - head_cost))

@@ -1,9 +1,10 @@
 """The worker: a facade that takes input, schedules, executes and completes.
 
-Three tasks on one event loop, each a short sentence:
+Four tasks on one event loop, each a short sentence:
 - intake: fetch records, admit them (off the loop), queue them in lanes;
 - schedule: ask the batcher for a batch whenever the executor has room, submit it;
-- complete: make finished outcomes durable (Kafka, then SQL with offsets), commit.
+- publish: send finished outcomes to Kafka, high lane first;
+- persist: write them to SQL with the offsets they complete, then commit to Kafka.
 Forward passes and SQL writes run in threads, so the Kafka group keeps its heartbeat.
 """
 
@@ -25,6 +26,7 @@ from consumers.topics import ensure_topics
 from storage import ResultStore
 from worker.admission import Admission
 from worker.batcher import Batcher
+from worker.completion import CompletionQueue
 from worker.config import WorkerSettings
 from worker.executor import BatchRun, Executor, ThreadExecutor
 from worker.lanes import Lanes
@@ -78,6 +80,7 @@ class Worker:
             group_id=kafka.group_id,
             client_id=kafka.client_id,
             max_records=kafka.fetch_max_records,
+            max_wait_ms=kafka.fetch_max_wait_ms,
             max_message_bytes=kafka.max_message_bytes,
             session_timeout_ms=kafka.session_timeout_ms,
         )
@@ -87,7 +90,9 @@ class Worker:
             linger_ms=kafka.linger_ms,
             max_request_bytes=kafka.max_request_bytes,
         )
-        self._done: asyncio.Queue[list[Outcome]] = asyncio.Queue()
+        self._done = CompletionQueue()
+        # Bounded: when SQL falls behind, stage 1 waits instead of piling up chunks.
+        self._published: asyncio.Queue[list[Outcome]] = asyncio.Queue(maxsize=2)
         self._wake = asyncio.Event()  # new requests or a free executor slot
         self._intake_lock = asyncio.Lock()  # a rebalance waits for the chunk being admitted
         self._running_batches = 0
@@ -120,7 +125,8 @@ class Worker:
         self._tasks = [
             asyncio.create_task(self._intake(), name="inferlane-intake"),
             asyncio.create_task(self._schedule(), name="inferlane-schedule"),
-            asyncio.create_task(self._complete(), name="inferlane-complete"),
+            asyncio.create_task(self._publish(), name="inferlane-publish"),
+            asyncio.create_task(self._persist(), name="inferlane-persist"),
         ]
 
     async def wait(self) -> None:
@@ -247,11 +253,25 @@ class Worker:
 
     def _finish(self, outcomes: list[Outcome]) -> None:
         if outcomes:
-            self._done.put_nowait(outcomes)
+            self._done.put(outcomes)
 
-    async def _complete(self) -> None:
+    async def _publish(self) -> None:
+        """Stage 1: results and dead letters to Kafka, acknowledged, high lane first."""
         while True:
-            chunk = await self._next_chunk()
+            chunk = await self._done.take(self.settings.sink.max_chunk)
+            await self._sink.publish(chunk)
+            await self._published.put(chunk)
+
+    async def _persist(self) -> None:
+        """Stage 2: SQL (results, drift, offsets in one transaction), then Kafka commit.
+
+        Runs beside stage 1, so one chunk's SQL write overlaps the next one's produce.
+        Only outcomes already on Kafka count as finished for the offsets.
+        """
+        while True:
+            chunk = await self._published.get()
+            while not self._published.empty():
+                chunk.extend(self._published.get_nowait())
             for o in chunk:
                 src = o.record.source
                 self._tracker.finished((src.topic, src.partition), src.offset)
@@ -259,17 +279,10 @@ class Worker:
             # A shutdown lets a started write finish: it is then either durable or replayed.
             await asyncio.shield(self._make_durable(chunk, offsets))
 
-    async def _next_chunk(self) -> list[Outcome]:
-        chunk = await self._done.get()
-        limit = self.settings.sink.max_chunk
-        while len(chunk) < limit and not self._done.empty():
-            chunk.extend(self._done.get_nowait())
-        return chunk
-
     async def _make_durable(
         self, chunk: Sequence[Outcome], offsets: dict[TopicPartitionKey, int]
     ) -> None:
-        await self._sink.deliver(chunk, offsets)
+        await self._sink.persist(chunk, offsets)
         try:
             await self._ingress.commit(offsets)
         except Exception as exc:  # SQL holds the offsets; Kafka's copy catches up later

@@ -5,7 +5,8 @@
    are at-least-once by contract.
 2. SQL, one transaction: results upserted by request id, drift rows, and the
    consumed offsets these outcomes complete. Exactly once per request id.
-The caller commits the Kafka offsets after ``deliver`` returns.
+The caller runs the steps in this order for every outcome, and commits the Kafka
+offsets after ``persist`` returns.
 
 Transient failures (broker or database down) are retried with backoff, forever:
 nothing is dropped, and backpressure pauses intake meanwhile.
@@ -51,11 +52,15 @@ class Sink:
         self._max_value_bytes = max_value_bytes
         self._config = config
 
-    async def deliver(
-        self, outcomes: Sequence[Outcome], offsets: dict[TopicPartitionKey, int]
-    ) -> None:
+    async def publish(self, outcomes: Sequence[Outcome]) -> None:
+        """Step 1: every result and dead letter acknowledged by Kafka."""
         records = self._kafka_records(outcomes)
         await self._retry("kafka", lambda: self._egress.publish(records))
+
+    async def persist(
+        self, outcomes: Sequence[Outcome], offsets: dict[TopicPartitionKey, int]
+    ) -> None:
+        """Step 2, for outcomes already published: one SQL transaction."""
         results, drift = _rows(outcomes)
         positions = [OffsetRow(self._group_id, t, p, o) for (t, p), o in offsets.items()]
         await self._retry(

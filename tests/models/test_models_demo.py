@@ -27,8 +27,9 @@ def test_digits_accuracy_on_raw_pixels(demo_registry: ModelRegistry) -> None:
     model = demo_registry.get("digits")
     x, y = digits_test_set()
     assert x.max() == 16.0  # raw pixels, not standardized
-    outputs = cast(list[dict[str, Any]],
-                   model.run([model.adapter.prepare(row.tolist()) for row in x]))
+    outputs = cast(
+        list[dict[str, Any]], model.run([model.adapter.prepare(row.tolist()) for row in x])
+    )
     labels = np.array([out["label"] for out in outputs])
     assert (labels == y).mean() >= 0.95
 
@@ -47,13 +48,18 @@ def test_diabetes_r2(demo_registry: ModelRegistry) -> None:
     r2 = 1 - ((predictions - y) ** 2).sum() / ((y - y.mean()) ** 2).sum()
     assert r2 > 0.3
     assert model.adapter.drift(float(predictions[0]), float(y[0])) == (
-        pytest.approx(predictions[0]), pytest.approx(y[0]))
+        pytest.approx(predictions[0]),
+        pytest.approx(y[0]),
+    )
 
 
 def test_minilm_similar_sentences_are_closer(demo_registry: ModelRegistry) -> None:
     model = demo_registry.get("minilm")
-    texts = ["A man is playing a guitar.", "Someone plays an acoustic guitar.",
-             "The stock market fell sharply today."]
+    texts = [
+        "A man is playing a guitar.",
+        "Someone plays an acoustic guitar.",
+        "The stock market fell sharply today.",
+    ]
     vectors = np.array(model.run([model.adapter.prepare(t) for t in texts]))
     assert vectors.shape == (3, 384)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
@@ -82,15 +88,24 @@ def test_cache_folder_from_the_environment(
     monkeypatch.setenv("INFERLANE_MODEL_CACHE", str(tmp_path))
     assert ensure_demo_models() == tmp_path / "registry.toml"
     assert ModelRegistry.from_toml(tmp_path / "registry.toml").names() == [
-        "diabetes", "digits", "minilm"]
+        "diabetes",
+        "digits",
+        "minilm",
+    ]
 
 
 def test_concurrent_builds_leave_one_good_cache(tmp_path: Path) -> None:
-    code = "import sys; from pathlib import Path; from worker.models import ensure_demo_models; " \
-           "ensure_demo_models(Path(sys.argv[1]))"
+    code = (
+        "import sys; from pathlib import Path; from worker.models import ensure_demo_models; "
+        "ensure_demo_models(Path(sys.argv[1]))"
+    )
     builders = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)]) for _ in range(2)]
     assert [builder.wait(timeout=120) for builder in builders] == [0, 0]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        ".lock", "diabetes-1.safetensors", "digits-1.pt2", "registry.toml"]
+        ".lock",
+        "diabetes-1.safetensors",
+        "digits-1.pt2",
+        "registry.toml",
+    ]
     registry = ModelRegistry.from_toml(tmp_path / "registry.toml")
     assert registry.get("digits").run([registry.adapter("digits").prepare([0] * 64)])

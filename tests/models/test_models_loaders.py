@@ -22,8 +22,7 @@ def build_tiny() -> nn.Module:
 
 def spec(path: Path, fmt: str, **extra: object) -> ModelSpec:
     return ModelSpec.model_validate(
-        {"name": "tiny", "version": "1", "format": fmt, "path": path, "adapter": REGRESSOR}
-        | extra
+        {"name": "tiny", "version": "1", "format": fmt, "path": path, "adapter": REGRESSOR} | extra
     )
 
 
@@ -73,8 +72,13 @@ def test_factory_weights_must_match_exactly(tmp_path: Path) -> None:
 def test_hf_embeddings_are_normalized_and_ignore_padding() -> None:
     text = {"kind": "text_embedding", "tokenizer": get_model_path() / "tokenizer.json"}
     hf = ModelSpec.model_validate(
-        {"name": "minilm", "version": "1", "format": "hf", "path": get_model_path(),
-         "adapter": text}
+        {
+            "name": "minilm",
+            "version": "1",
+            "format": "hf",
+            "path": get_model_path(),
+            "adapter": text,
+        }
     )
     model = load_model(hf, torch.device("cpu"), hf.adapter.build())
     alone = model.run(["a short sentence"])

@@ -57,7 +57,7 @@ def test_toml_parses_and_resolves_relative_paths(tmp_path: Path) -> None:
     ("change", "message"),
     [
         (('format = "factory"', 'format = "export"'), "'factory'.*is required for format"),
-        (('factory = "mypkg.models:build"\n', ''), "'factory'.*is required for format"),
+        (('factory = "mypkg.models:build"\n', ""), "'factory'.*is required for format"),
         (('format = "export"', 'format = "onnx"'), "format"),
         (('kind = "regressor"', 'kind = "ranker"'), "does not match any of the expected tags"),
         (('name = "house"', 'name = "digits"'), "duplicate model names: digits"),
@@ -80,8 +80,9 @@ class CountingLoader:
     def __call__(self, spec: ModelSpec, device: torch.device, adapter: Adapter) -> LoadedModel:
         self.calls += 1
         time.sleep(0.05)
-        return LoadedModel(spec.name, spec.version, torch.nn.Identity(), adapter,
-                           spec.max_batch, device)
+        return LoadedModel(
+            spec.name, spec.version, torch.nn.Identity(), adapter, spec.max_batch, device
+        )
 
 
 def test_get_loads_once_across_threads(tmp_path: Path) -> None:
@@ -92,8 +93,9 @@ def test_get_loads_once_across_threads(tmp_path: Path) -> None:
     assert loader.calls == 0  # adapters come without weights
 
     got: list[LoadedModel] = []
-    threads = [threading.Thread(target=lambda: got.append(registry.get("digits")))
-               for _ in range(8)]
+    threads = [
+        threading.Thread(target=lambda: got.append(registry.get("digits"))) for _ in range(8)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

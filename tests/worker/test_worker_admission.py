@@ -43,8 +43,12 @@ def admit_one(value: bytes | dict[str, Any] | None, **record_args: Any) -> Admit
 
 @pytest.mark.parametrize(
     ("topic", "lane"),
-    [(HIGH_TOPIC, Priority.HIGH), (NORMAL_TOPIC, Priority.NORMAL), (LOW_TOPIC, Priority.LOW),
-     ("some.other.topic", Priority.NORMAL)],
+    [
+        (HIGH_TOPIC, Priority.HIGH),
+        (NORMAL_TOPIC, Priority.NORMAL),
+        (LOW_TOPIC, Priority.LOW),
+        ("some.other.topic", Priority.NORMAL),
+    ],
 )
 def test_the_lane_follows_the_topic(topic: str, lane: Priority) -> None:
     (item,) = admit_one(good(), topic=topic).pending
@@ -82,8 +86,9 @@ def test_deadline_ms_is_absolute_wall_time_turned_monotonic() -> None:
 def test_the_earlier_of_timeout_and_deadline_wins(timeout_ms: int, ahead_s: float) -> None:
     received = time.monotonic()
     deadline_ms = int(time.time() * 1000 + 20_000)
-    (item,) = admit_one(good(timeout_ms=timeout_ms, deadline_ms=deadline_ms),
-                        received_s=received).pending
+    (item,) = admit_one(
+        good(timeout_ms=timeout_ms, deadline_ms=deadline_ms), received_s=received
+    ).pending
     assert item.deadline_s == pytest.approx(received + ahead_s, abs=0.5)
 
 
@@ -158,17 +163,26 @@ SCALARS = (
 )
 JSON = st.recursive(
     SCALARS,
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text("xy", max_size=2), inner,
-                                                                 max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text("xy", max_size=2), inner, max_size=3)
+    ),
     max_leaves=20,
 )
 
 
 @settings(max_examples=50, deadline=None, database=None)
-@given(st.lists(st.tuples(st.sampled_from(["clf", "other"]), JSON,
-                          st.dictionaries(st.sampled_from(["priority", "timeout_ms", "expected",
-                                                           "metadata", "extra"]), JSON)),
-                max_size=6))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["clf", "other"]),
+            JSON,
+            st.dictionaries(
+                st.sampled_from(["priority", "timeout_ms", "expected", "metadata", "extra"]), JSON
+            ),
+        ),
+        max_size=6,
+    )
+)
 def test_admit_never_raises_and_accounts_for_every_record(
     specs: list[tuple[str, Any, dict[str, Any]]],
 ) -> None:

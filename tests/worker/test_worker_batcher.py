@@ -17,8 +17,7 @@ HIGH, NORMAL, LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW
 
 def make(limit: int = 4, *, grouped: bool = False, single_lane: bool = False):
     lanes = Lanes(capacity=100, single_lane=single_lane)
-    batcher = Batcher(lanes, max_wait_s=MAX_WAIT, limit=lambda _: limit,
-                      grouped=lambda _: grouped)
+    batcher = Batcher(lanes, max_wait_s=MAX_WAIT, limit=lambda _: limit, grouped=lambda _: grouped)
     return lanes, batcher
 
 
@@ -107,8 +106,12 @@ def test_same_model_items_from_lower_lanes_fill_the_remaining_room() -> None:
 
 def test_the_oldest_model_in_a_lane_goes_first_and_a_batch_never_mixes_models() -> None:
     lanes, batcher = make(limit=10)
-    fill(lanes, pending("b", received_s=2.0), pending("a", received_s=1.0),
-         pending("b", received_s=3.0))
+    fill(
+        lanes,
+        pending("b", received_s=2.0),
+        pending("a", received_s=1.0),
+        pending("b", received_s=3.0),
+    )
     first = batcher.plan(3.0, device_idle=True).batch
     second = batcher.plan(3.0, device_idle=True).batch
     assert first is not None and second is not None
@@ -133,8 +136,9 @@ def test_expired_items_are_split_out_of_the_batch() -> None:
 
 def test_an_all_expired_take_returns_no_batch_and_asks_to_plan_again_now() -> None:
     lanes, batcher = make(limit=4)
-    dead = fill(lanes, pending(received_s=1.0, deadline_s=1.5),
-                pending(received_s=1.0, deadline_s=1.5))
+    dead = fill(
+        lanes, pending(received_s=1.0, deadline_s=1.5), pending(received_s=1.0, deadline_s=1.5)
+    )
     fill(lanes, pending(received_s=1.0))  # a fifth would not fit the take
     batcher = Batcher(lanes, max_wait_s=MAX_WAIT, limit=lambda _: 2, grouped=lambda _: False)
 
@@ -157,8 +161,7 @@ def test_grouped_models_batch_by_similar_cost() -> None:
 def test_the_cap_is_per_model() -> None:
     lanes = Lanes(capacity=100)
     caps = {"small": 1, "big": 5}
-    batcher = Batcher(lanes, max_wait_s=MAX_WAIT, limit=caps.__getitem__,
-                      grouped=lambda _: False)
+    batcher = Batcher(lanes, max_wait_s=MAX_WAIT, limit=caps.__getitem__, grouped=lambda _: False)
     fill(lanes, *[pending("small", received_s=0.0) for _ in range(3)])
     plan = batcher.plan(0.0, device_idle=False)  # full at one item: closes at once
     assert plan.batch is not None and len(plan.batch) == 1
@@ -186,13 +189,21 @@ def test_plan_invariants(
     grouped: bool,
 ) -> None:
     lanes, batcher = make(limit=limit, grouped=grouped)
-    items = fill(lanes, *[pending(m, lane=p, received_s=r, deadline_s=d, cost=int(r * 10))
-                          for p, m, r, d in specs])
+    items = fill(
+        lanes,
+        *[pending(m, lane=p, received_s=r, deadline_s=d, cost=int(r * 10)) for p, m, r, d in specs],
+    )
     first_lane = next((lane for lane in lanes if len(lane)), None)
     head = first_lane.oldest() if first_lane else None
-    ready = head is not None and first_lane is not None and (
-        device_idle or now_s >= head.received_s + MAX_WAIT
-        or first_lane.count(head.model) >= limit)
+    ready = (
+        head is not None
+        and first_lane is not None
+        and (
+            device_idle
+            or now_s >= head.received_s + MAX_WAIT
+            or first_lane.count(head.model) >= limit
+        )
+    )
 
     plan = batcher.plan(now_s, device_idle=device_idle)
 

@@ -81,8 +81,10 @@ def test_one_poison_item_fails_alone_and_the_others_get_outputs() -> None:
 def test_good_outputs_after_bisection_match_a_clean_run() -> None:
     clean_inputs = [[1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0], [0.5, 0.1, 0.2, 0.0]]
     clean = run_batch(lambda name: loaded(Poisonable()), batch_of(*clean_inputs))
-    mixed = run_batch(lambda name: loaded(Poisonable()),
-                      batch_of(clean_inputs[0], [POISON] * 4, *clean_inputs[1:]))
+    mixed = run_batch(
+        lambda name: loaded(Poisonable()),
+        batch_of(clean_inputs[0], [POISON] * 4, *clean_inputs[1:]),
+    )
     survivors = [r for r in mixed.results if r.error is None]
     assert len(survivors) == 3
     for got, want in zip(survivors, clean.results, strict=True):

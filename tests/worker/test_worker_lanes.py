@@ -6,7 +6,7 @@ import pytest
 from pipeline_factories import pending
 
 from consumers.contract import Priority
-from worker.lanes import LANE_ORDER, Lane, Lanes
+from worker.lanes import COST_LOOKAHEAD_BATCHES, LANE_ORDER, Lane, Lanes
 
 
 def ids(items: list) -> list[str]:
@@ -106,8 +106,9 @@ def test_grouping_by_cost_always_takes_the_head_even_when_it_is_the_outlier() ->
 
 
 def test_grouping_by_cost_looks_only_a_few_batches_deep() -> None:
-    lane = Lane(Priority.NORMAL, capacity=50)
-    costs = [1] + [100] * 8 + [1]  # the twin of the head sits past limit * 4 = 8
+    lane = Lane(Priority.NORMAL, capacity=100)
+    deep = 2 * COST_LOOKAHEAD_BATCHES
+    costs = [1] + [100] * deep + [1]  # the twin of the head sits past the lookahead
     for i, c in enumerate(costs):
         lane.push(pending(cost=c, received_s=i))
     taken = lane.take("m", 2, group_by_cost=True)
@@ -123,11 +124,15 @@ def test_grouping_when_everything_fits_is_plain_fifo() -> None:
 
 def test_remove_if_takes_out_matching_items_across_lanes_and_keeps_order() -> None:
     lanes = Lanes(capacity=10)
-    keep = [pending("a", lane=Priority.HIGH, request_id="k1"),
-            pending("b", lane=Priority.LOW, request_id="k2"),
-            pending("a", lane=Priority.HIGH, request_id="k3")]
-    doomed = [pending("a", lane=Priority.HIGH, request_id="d1"),
-              pending("b", lane=Priority.LOW, request_id="d2")]
+    keep = [
+        pending("a", lane=Priority.HIGH, request_id="k1"),
+        pending("b", lane=Priority.LOW, request_id="k2"),
+        pending("a", lane=Priority.HIGH, request_id="k3"),
+    ]
+    doomed = [
+        pending("a", lane=Priority.HIGH, request_id="d1"),
+        pending("b", lane=Priority.LOW, request_id="d2"),
+    ]
     for item in [keep[0], doomed[0], keep[1], doomed[1], keep[2]]:
         lanes.push(item)
 

@@ -21,8 +21,10 @@ def run_of(*results: ItemResult, started_s: float = 10.0, compute_s: float = 0.2
 
 
 def test_completed_gives_one_outcome_per_item_with_consistent_latency() -> None:
-    items = [pending(received_s=9.0, lane=Priority.HIGH, metadata={"k": 1}, reply_to="rt"),
-             pending(received_s=9.5)]
+    items = [
+        pending(received_s=9.0, lane=Priority.HIGH, metadata={"k": 1}, reply_to="rt"),
+        pending(received_s=9.5),
+    ]
     batch = Batch("m", items, formed_s=10.0)
     outcomes = completed(batch, run_of(ItemResult(OK_OUT), ItemResult([1])), classifier())
 
@@ -48,8 +50,9 @@ def test_completed_gives_one_outcome_per_item_with_consistent_latency() -> None:
 def test_an_item_error_becomes_an_error_result_and_a_dead_letter() -> None:
     items = [pending(received_s=9.0), pending(received_s=9.0)]
     error = ErrorInfo(code="model_error", message="model raised on this input: boom")
-    outcomes = completed(Batch("m", items, 10.0),
-                         run_of(ItemResult(OK_OUT), ItemResult(error=error)), classifier())
+    outcomes = completed(
+        Batch("m", items, 10.0), run_of(ItemResult(OK_OUT), ItemResult(error=error)), classifier()
+    )
 
     good, bad = outcomes
     assert good.dead_letter is None and good.result is not None
@@ -71,8 +74,9 @@ def test_completed_refuses_a_run_with_the_wrong_number_of_results() -> None:
 
 def test_drift_only_when_expected_is_given() -> None:
     items = [pending(expected=1), pending(), pending(expected=2)]
-    outcomes = completed(Batch("m", items, 0.0),
-                         run_of(*[ItemResult(OK_OUT)] * 3, started_s=1.0), classifier())
+    outcomes = completed(
+        Batch("m", items, 0.0), run_of(*[ItemResult(OK_OUT)] * 3, started_s=1.0), classifier()
+    )
     assert [o.drift for o in outcomes] == [(2.0, 1.0), None, (2.0, 2.0)]
 
 

@@ -83,20 +83,23 @@ class _NumericAdapter(Adapter):
     def prepare(self, inputs: JsonValue) -> np.ndarray:
         # Cheap guard before numpy walks a possibly huge list.
         if not isinstance(inputs, list):
-            raise BadInput(f"inputs must be a list of numbers ({self._accepted}), "
-                           f"got {_kind(inputs)}")
+            raise BadInput(
+                f"inputs must be a list of numbers ({self._accepted}), got {_kind(inputs)}"
+            )
         if len(inputs) not in self._lengths:
             raise BadInput(f"inputs must have shape {self._accepted}, got length {len(inputs)}")
         try:
             array = np.asarray(inputs)
         except ValueError as exc:
-            raise BadInput(f"inputs must have shape {self._accepted}, "
-                           f"got ragged nested lists") from exc
+            raise BadInput(
+                f"inputs must have shape {self._accepted}, got ragged nested lists"
+            ) from exc
         if array.dtype.kind not in "iuf":
             raise BadInput(f"inputs must contain only numbers, got {self._element_kinds(array)}")
         if array.shape not in self.shapes:
-            raise BadInput(f"inputs must have shape {self._accepted}, "
-                           f"got {_shape_text(array.shape)}")
+            raise BadInput(
+                f"inputs must have shape {self._accepted}, got {_shape_text(array.shape)}"
+            )
         # One reduction, before the cast, catches NaN (compares false), Infinity and
         # values that float32 cannot hold; integers within int64 always fit.
         if array.dtype.kind == "f" and not abs(array).max() <= _FLOAT32_MAX:
@@ -139,8 +142,9 @@ class _NumericAdapter(Adapter):
 class ClassifierAdapter(_NumericAdapter):
     """Logits in, ``{"label": int, "probs": [float, ...]}`` out; drift compares labels."""
 
-    def __init__(self, features: int, num_classes: int,
-                 shapes: Sequence[tuple[int, ...]] = ()) -> None:
+    def __init__(
+        self, features: int, num_classes: int, shapes: Sequence[tuple[int, ...]] = ()
+    ) -> None:
         super().__init__(features, shapes)
         if num_classes < 2:
             raise ValueError("num_classes must be >= 2")
@@ -150,14 +154,20 @@ class ClassifierAdapter(_NumericAdapter):
         # Whole-batch softmax and one .tolist(): per-item tensor ops cost microseconds each.
         probs = torch.softmax(self._rows(output, n, self.num_classes), dim=1)
         labels = probs.argmax(dim=1).tolist()
-        return [{"label": label, "probs": row}
-                for label, row in zip(labels, probs.tolist(), strict=True)]
+        return [
+            {"label": label, "probs": row}
+            for label, row in zip(labels, probs.tolist(), strict=True)
+        ]
 
     def drift(self, output: JsonValue, expected: JsonValue) -> tuple[float, float] | None:
-        if isinstance(expected, bool) or not isinstance(expected, int) \
-                or not 0 <= expected < self.num_classes:
-            raise BadInput(f"expected must be a class label 0..{self.num_classes - 1}, "
-                           f"got {expected!r:.40}")
+        if (
+            isinstance(expected, bool)
+            or not isinstance(expected, int)
+            or not 0 <= expected < self.num_classes
+        ):
+            raise BadInput(
+                f"expected must be a class label 0..{self.num_classes - 1}, got {expected!r:.40}"
+            )
         label = output.get("label") if isinstance(output, dict) else None
         if not isinstance(label, int):
             raise ValueError(f"not a classifier output: {output!r:.80}")
@@ -171,8 +181,11 @@ class RegressorAdapter(_NumericAdapter):
         return list(self._rows(output, n, None).tolist())
 
     def drift(self, output: JsonValue, expected: JsonValue) -> tuple[float, float] | None:
-        if isinstance(expected, bool) or not isinstance(expected, int | float) \
-                or not math.isfinite(expected):
+        if (
+            isinstance(expected, bool)
+            or not isinstance(expected, int | float)
+            or not math.isfinite(expected)
+        ):
             raise BadInput(f"expected must be a finite number, got {expected!r:.40}")
         if isinstance(output, bool) or not isinstance(output, int | float):
             raise ValueError(f"not a regressor output: {output!r:.80}")
@@ -186,16 +199,18 @@ class TextEmbeddingAdapter(Adapter):
     # English word-piece text averages about four characters per token.
     _CHARS_PER_TOKEN = 4
 
-    def __init__(self, tokenizer_path: Path, max_tokens: int = 256,
-                 max_chars: int = 10_000) -> None:
+    def __init__(
+        self, tokenizer_path: Path, max_tokens: int = 256, max_chars: int = 10_000
+    ) -> None:
         self.max_tokens = max_tokens
         self.max_chars = max_chars
         self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
         # tokenizer.json may carry fixed-length padding; pad to the batch's longest instead.
         self.tokenizer.enable_truncation(max_length=max_tokens)
         padding = self.tokenizer.padding or {}
-        self.tokenizer.enable_padding(pad_id=padding.get("pad_id", 0),
-                                      pad_token=padding.get("pad_token", "[PAD]"))
+        self.tokenizer.enable_padding(
+            pad_id=padding.get("pad_id", 0), pad_token=padding.get("pad_token", "[PAD]")
+        )
 
     def prepare(self, inputs: JsonValue) -> str:
         if not isinstance(inputs, str):
@@ -203,8 +218,7 @@ class TextEmbeddingAdapter(Adapter):
         if not inputs.strip():
             raise BadInput("inputs must be non-empty text")
         if len(inputs) > self.max_chars:
-            raise BadInput(f"inputs must be at most {self.max_chars} characters, "
-                           f"got {len(inputs)}")
+            raise BadInput(f"inputs must be at most {self.max_chars} characters, got {len(inputs)}")
         return inputs
 
     def cost(self, item: Any) -> int:
@@ -215,8 +229,7 @@ class TextEmbeddingAdapter(Adapter):
         encodings = self.tokenizer.encode_batch(list(items))
         return {
             "input_ids": torch.tensor([e.ids for e in encodings], dtype=torch.long),
-            "attention_mask": torch.tensor([e.attention_mask for e in encodings],
-                                           dtype=torch.long),
+            "attention_mask": torch.tensor([e.attention_mask for e in encodings], dtype=torch.long),
             "token_type_ids": torch.tensor([e.type_ids for e in encodings], dtype=torch.long),
         }
 

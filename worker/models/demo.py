@@ -84,7 +84,8 @@ def _digits_split() -> _Split:
     data = load_digits()
     x, y = data.data.astype(np.float32), data.target.astype(np.int64)
     x_train, x_test, y_train, y_test = train_test_split(
-        x, y, test_size=0.25, random_state=SEED, stratify=y)
+        x, y, test_size=0.25, random_state=SEED, stratify=y
+    )
     return x_train, x_test, y_train, y_test
 
 
@@ -95,8 +96,7 @@ def _diabetes_split() -> _Split:
 
     data = load_diabetes()
     x, y = data.data.astype(np.float32), data.target.astype(np.float32)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x, y, test_size=0.25, random_state=SEED)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.25, random_state=SEED)
     return x_train, x_test, y_train, y_test
 
 
@@ -112,8 +112,13 @@ def diabetes_test_set() -> tuple[np.ndarray, np.ndarray]:
     return x_test.copy(), y_test.copy()
 
 
-def _fit(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[torch.Tensor], torch.Tensor],
-         steps: int, lr: float) -> None:
+def _fit(
+    model: nn.Module,
+    x: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor], torch.Tensor],
+    steps: int,
+    lr: float,
+) -> None:
     """Full-batch Adam: the data sets are tiny."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
@@ -127,10 +132,16 @@ def _fit(model: nn.Module, x: torch.Tensor, loss_fn: Callable[[torch.Tensor], to
 def _train_digits() -> nn.Module:
     x, _, y, _ = _digits_split()
     x_train, y_train = torch.from_numpy(x), torch.from_numpy(y)
-    model = nn.Sequential(Standardize(64).fit(x_train), nn.Linear(64, 128), nn.ReLU(),
-                          nn.Linear(128, 10))
-    _fit(model, x_train, lambda logits: nn.functional.cross_entropy(logits, y_train),
-         steps=300, lr=1e-2)
+    model = nn.Sequential(
+        Standardize(64).fit(x_train), nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)
+    )
+    _fit(
+        model,
+        x_train,
+        lambda logits: nn.functional.cross_entropy(logits, y_train),
+        steps=300,
+        lr=1e-2,
+    )
     return model
 
 
@@ -141,8 +152,13 @@ def _train_diabetes() -> nn.Module:
     model.inputs.fit(x_train)
     model.target_mean.fill_(y_train.mean())
     model.target_scale.fill_(y_train.std())
-    _fit(model, x_train, lambda pred: nn.functional.mse_loss(pred, y_train) / y_train.var(),
-         steps=500, lr=1e-2)
+    _fit(
+        model,
+        x_train,
+        lambda pred: nn.functional.mse_loss(pred, y_train) / y_train.var(),
+        steps=500,
+        lr=1e-2,
+    )
     return model
 
 
@@ -237,16 +253,102 @@ def ensure_demo_models(cache_dir: Path | None = None) -> Path:
 
 
 _WORDS = (
-    "the", "a", "one", "every", "some", "this", "that", "river", "market", "engine", "signal",
-    "model", "request", "batch", "quiet", "bright", "early", "late", "small", "large", "green",
-    "distant", "careful", "simple", "broken", "steady", "city", "garden", "kitchen", "station",
-    "harbor", "mountain", "valley", "forest", "library", "museum", "office", "train", "ship",
-    "letter", "window", "answer", "number", "question", "morning", "evening", "winter", "summer",
-    "dog", "cat", "bird", "horse", "child", "teacher", "doctor", "farmer", "driver", "writer",
-    "player", "student", "runs", "waits", "reads", "writes", "builds", "carries", "follows",
-    "opens", "closes", "finds", "keeps", "sends", "slowly", "quickly", "often", "never", "always",
-    "nearly", "together", "outside", "inside", "again", "today", "and", "but", "while", "because",
-    "after", "before", "near", "under", "over", "through", "with", "without", "from",
+    "the",
+    "a",
+    "one",
+    "every",
+    "some",
+    "this",
+    "that",
+    "river",
+    "market",
+    "engine",
+    "signal",
+    "model",
+    "request",
+    "batch",
+    "quiet",
+    "bright",
+    "early",
+    "late",
+    "small",
+    "large",
+    "green",
+    "distant",
+    "careful",
+    "simple",
+    "broken",
+    "steady",
+    "city",
+    "garden",
+    "kitchen",
+    "station",
+    "harbor",
+    "mountain",
+    "valley",
+    "forest",
+    "library",
+    "museum",
+    "office",
+    "train",
+    "ship",
+    "letter",
+    "window",
+    "answer",
+    "number",
+    "question",
+    "morning",
+    "evening",
+    "winter",
+    "summer",
+    "dog",
+    "cat",
+    "bird",
+    "horse",
+    "child",
+    "teacher",
+    "doctor",
+    "farmer",
+    "driver",
+    "writer",
+    "player",
+    "student",
+    "runs",
+    "waits",
+    "reads",
+    "writes",
+    "builds",
+    "carries",
+    "follows",
+    "opens",
+    "closes",
+    "finds",
+    "keeps",
+    "sends",
+    "slowly",
+    "quickly",
+    "often",
+    "never",
+    "always",
+    "nearly",
+    "together",
+    "outside",
+    "inside",
+    "again",
+    "today",
+    "and",
+    "but",
+    "while",
+    "because",
+    "after",
+    "before",
+    "near",
+    "under",
+    "over",
+    "through",
+    "with",
+    "without",
+    "from",
 )
 
 

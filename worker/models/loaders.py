@@ -47,10 +47,15 @@ class MeanPooledEncoder(nn.Module):
         super().__init__()
         self.encoder = encoder
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        hidden = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
         return F.normalize(pooled, p=2, dim=1)
@@ -76,5 +81,11 @@ def load_model(spec: ModelSpec, device: torch.device, adapter: Adapter) -> Loade
     module = LOADERS[spec.format](spec)
     if isinstance(module, nn.Module):
         module = module.to(device)
-    return LoadedModel(name=spec.name, version=spec.version, module=module,
-                       adapter=adapter, max_batch=spec.max_batch, device=device)
+    return LoadedModel(
+        name=spec.name,
+        version=spec.version,
+        module=module,
+        adapter=adapter,
+        max_batch=spec.max_batch,
+        device=device,
+    )

@@ -24,8 +24,13 @@ class ModelRegistry:
     the cache without touching how weights are read.
     """
 
-    def __init__(self, specs: list[ModelSpec], *, device: torch.device | None = None,
-                 loader: Loader = load_model) -> None:
+    def __init__(
+        self,
+        specs: list[ModelSpec],
+        *,
+        device: torch.device | None = None,
+        loader: Loader = load_model,
+    ) -> None:
         self._specs = {spec.name: spec for spec in specs}
         self._device = device or torch.device("cpu")
         self._loader = loader

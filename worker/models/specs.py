@@ -66,8 +66,9 @@ class TextEmbeddingConfig(_Config):
         return TextEmbeddingAdapter(self.tokenizer, self.max_tokens, self.max_chars)
 
 
-AdapterConfig = Annotated[ClassifierConfig | RegressorConfig | TextEmbeddingConfig,
-                          Field(discriminator="kind")]
+AdapterConfig = Annotated[
+    ClassifierConfig | RegressorConfig | TextEmbeddingConfig, Field(discriminator="kind")
+]
 
 
 class ModelSpec(_Config):
@@ -84,8 +85,10 @@ class ModelSpec(_Config):
     @model_validator(mode="after")
     def _factory_iff_factory_format(self) -> ModelSpec:
         if (self.format == "factory") != (self.factory is not None):
-            raise ValueError("'factory' (\"package.module:build\") is required for "
-                             "format 'factory' and only for it")
+            raise ValueError(
+                "'factory' (\"package.module:build\") is required for "
+                "format 'factory' and only for it"
+            )
         return self
 
 
