@@ -79,6 +79,9 @@ class Ingress:
         self._consumer.resume(*(tp for tp in assigned if tp.topic not in topics))
         self._consumer.pause(*(tp for tp in assigned if tp.topic in topics))
 
+    def assignment(self) -> set[TopicPartitionKey]:
+        return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+
     async def committed(self, tp: TopicPartitionKey) -> int | None:
         result = await self._consumer.committed(TopicPartition(*tp))
         return None if result is None else int(result)

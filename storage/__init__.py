@@ -6,19 +6,26 @@ It takes plain records and imports nothing from ``worker`` or ``consumers``.
 from storage.engine import make_engine
 from storage.errors import StoreUnavailable
 from storage.migrate import upgrade
-from storage.queries import accuracy_by_model, anomaly_count, count_results, result_counts
+from storage.queries import (
+    DriftSummary,
+    anomaly_count,
+    count_results,
+    drift_summary,
+    result_counts,
+)
 from storage.records import DriftRow, OffsetRow, ResultRow
 from storage.writer import ResultStore
 
 __all__ = [
     "DriftRow",
+    "DriftSummary",
     "OffsetRow",
     "ResultRow",
     "ResultStore",
     "StoreUnavailable",
-    "accuracy_by_model",
     "anomaly_count",
     "count_results",
+    "drift_summary",
     "make_engine",
     "result_counts",
     "upgrade",

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import Engine, case, func, select, text
 
 from storage.schema import inference_log, inference_results
 
 # The anomaly query from the SQL contract, as users type it.
 ANOMALY_SQL = "SELECT COUNT(*) FROM inference_log WHERE ABS(output - expected) > :threshold"
-
-# Floats that went through a model rarely compare equal bit for bit.
-EXACT_TOLERANCE = 1e-9
 
 
 def anomaly_count(engine: Engine, threshold: float = 0.5, model: str | None = None) -> int:
@@ -24,16 +23,29 @@ def anomaly_count(engine: Engine, threshold: float = 0.5, model: str | None = No
         return int(conn.execute(text(sql), params).scalar_one())
 
 
-def accuracy_by_model(engine: Engine) -> dict[str, tuple[int, int]]:
-    """``{model: (checked rows, rows whose output matched expected)}``."""
-    exact = func.abs(inference_log.c.output - inference_log.c.expected) < EXACT_TOLERANCE
+@dataclass(frozen=True, slots=True)
+class DriftSummary:
+    """One model's drift log: rows checked, rows off by more than the threshold (for a
+    classifier: the misclassified), and the mean absolute error."""
+
+    rows: int
+    anomalies: int
+    mean_abs_error: float
+
+
+def drift_summary(engine: Engine, threshold: float = 0.5) -> dict[str, DriftSummary]:
+    error = func.abs(inference_log.c.output - inference_log.c.expected)
     query = select(
         inference_log.c.model,
         func.count(),
-        func.sum(case((exact, 1), else_=0)),
+        func.sum(case((error > threshold, 1), else_=0)),
+        func.avg(error),
     ).group_by(inference_log.c.model)
     with engine.connect() as conn:
-        return {model: (int(rows), int(hits)) for model, rows, hits in conn.execute(query)}
+        return {
+            model: DriftSummary(int(rows), int(off), float(mae))
+            for model, rows, off, mae in conn.execute(query)
+        }
 
 
 def result_counts(engine: Engine) -> dict[str, int]:

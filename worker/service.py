@@ -101,6 +101,7 @@ class Worker:
         self._accepting = True
         self._tasks: list[asyncio.Task[None]] = []
         self._failed: asyncio.Future[None] | None = None  # a stage's bug, raised by wait()
+        self._writing: asyncio.Future[None] | None = None  # the SQL write under way
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -108,6 +109,8 @@ class Worker:
         s = self.settings
         assert s.bootstrap is not None
         self._store = await asyncio.to_thread(ResultStore, s.database_url)
+        # Load every model before joining the group, so the first requests pay no load time.
+        await asyncio.to_thread(self._warm_up)
         self._sink = Sink(
             egress=self._egress,
             store=self._store,
@@ -129,6 +132,18 @@ class Worker:
             asyncio.create_task(self._persist(), name="inferlane-persist"),
         ]
 
+    @property
+    def assignment(self) -> set[TopicPartitionKey]:
+        """The partitions this worker consumes now (empty before the group join)."""
+        return self._ingress.assignment()
+
+    def _warm_up(self) -> None:
+        for name in self._registry.names():
+            try:
+                self._registry.warmup(name)
+            except Exception:  # the others still serve; its requests fail as model_error
+                log.exception("model %r failed to load or warm up", name)
+
     async def wait(self) -> None:
         """Until a stage fails (its error is raised here) or the worker is stopped."""
         assert self._failed is not None, "start() first"
@@ -144,6 +159,8 @@ class Worker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._writing is not None:
+            await asyncio.gather(self._writing, return_exceptions=True)
         if self._failed is not None and not self._failed.done():
             self._failed.cancel()
         await self._ingress.stop()
@@ -276,8 +293,10 @@ class Worker:
                 src = o.record.source
                 self._tracker.finished((src.topic, src.partition), src.offset)
             offsets = self._tracker.take_commits()
-            # A shutdown lets a started write finish: it is then either durable or replayed.
-            await asyncio.shield(self._make_durable(chunk, offsets))
+            # A shutdown lets a started write finish (stop() awaits it): the chunk is then
+            # either durable or replayed, never half-written.
+            self._writing = asyncio.ensure_future(self._make_durable(chunk, offsets))
+            await asyncio.shield(self._writing)
 
     async def _make_durable(
         self, chunk: Sequence[Outcome], offsets: dict[TopicPartitionKey, int]

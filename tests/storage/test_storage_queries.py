@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from storage_rows import drift, result
 
 from storage import (
     ResultStore,
-    accuracy_by_model,
     anomaly_count,
     count_results,
+    drift_summary,
     result_counts,
 )
 
@@ -45,9 +46,14 @@ def test_anomaly_count(store: ResultStore) -> None:
     assert anomaly_count(store.engine, threshold=100.0) == 0
 
 
-def test_accuracy_by_model(store: ResultStore) -> None:
+def test_drift_summary_per_model(store: ResultStore) -> None:
     _write_drift(store)
-    assert accuracy_by_model(store.engine) == {"reg": (4, 1), "cls": (2, 1)}
+    summary = drift_summary(store.engine, threshold=0.5)
+    assert set(summary) == {"reg", "cls"}
+    assert (summary["reg"].rows, summary["reg"].anomalies) == (4, 2)
+    assert summary["reg"].mean_abs_error == pytest.approx((0 + 0.4 + 1.0 + 0.75) / 4)
+    assert (summary["cls"].rows, summary["cls"].anomalies) == (2, 1)
+    assert summary["cls"].mean_abs_error == pytest.approx(4.5)
 
 
 def test_result_counts(store: ResultStore) -> None:
