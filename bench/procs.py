@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -11,6 +10,7 @@ from pathlib import Path
 from types import TracebackType
 
 from bench.measure import RssSampler
+from worker.broker import terminate
 
 # Tansu holds a group's first join for half the session timeout: the worker's default
 # (30 s) makes every start wait 15 s. 6 s (the least the worker accepts) joins in 3 s.
@@ -80,14 +80,8 @@ class Service:
         if self.rss is not None:
             self.rss.stop()
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc is not None:
+            terminate(proc, grace_s=grace_s)
 
     def __exit__(
         self,

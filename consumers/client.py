@@ -20,6 +20,10 @@ from consumers.contract import InferenceRequest, InferenceResult
 DEFAULT_TOPIC = "inferlane.requests"
 DEFAULT_RESULTS = "inferlane.results"
 
+# kafka-python 2.x asks for fetches of up to 50 MB yet refuses frames over 1 MB, so a
+# busy results topic breaks its reads ("Invalid frame length"); keep the two in step.
+READER_CONFIG = {"fetch_max_bytes": 8 * 2**20, "receive_message_max_bytes": 16 * 2**20}
+
 
 class InferlaneClient:
     def __init__(self, bootstrap: str, *, results_topic: str = DEFAULT_RESULTS) -> None:
@@ -30,7 +34,9 @@ class InferlaneClient:
 
     def watch_results(self) -> None:
         """Start reading results from now on; call before publishing what you await."""
-        consumer = KafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False)
+        consumer = KafkaConsumer(
+            bootstrap_servers=self._bootstrap, enable_auto_commit=False, **READER_CONFIG
+        )
         partitions = consumer.partitions_for_topic(self._results_topic) or set()
         tps = [TopicPartition(self._results_topic, p) for p in sorted(partitions)]
         consumer.assign(tps)

@@ -35,6 +35,7 @@ class Ingress:
         *,
         bootstrap: str,
         topics: list[str],
+        urgent_topics: set[str],
         group_id: str,
         client_id: str,
         max_records: int,
@@ -43,6 +44,7 @@ class Ingress:
         session_timeout_ms: int,
     ) -> None:
         self._topics = topics
+        self._urgent = urgent_topics
         self._max_records = max_records
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap,
@@ -65,7 +67,21 @@ class Ingress:
         await self._consumer.stop()
 
     async def fetch(self, timeout_ms: int) -> list[RawRecord]:
-        batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=self._max_records)
+        """Up to ``max_records``; the urgent topics' buffered records come first, so a
+        high-priority request never waits behind a fetch full of bulk traffic."""
+        urgent = [tp for tp in self._consumer.assignment() if tp.topic in self._urgent]
+        batches = {}
+        if urgent:
+            batches = await self._consumer.getmany(
+                *urgent, timeout_ms=0, max_records=self._max_records
+            )
+        room = self._max_records - sum(len(b) for b in batches.values())
+        if room > 0:
+            rest = await self._consumer.getmany(
+                timeout_ms=0 if batches else timeout_ms, max_records=room
+            )
+            for tp, messages in rest.items():
+                batches.setdefault(tp, []).extend(messages)
         now = time.monotonic()
         return [
             RawRecord(SourceRef(m.topic, m.partition, m.offset), m.key, m.value, now)

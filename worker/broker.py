@@ -81,14 +81,8 @@ class EmbeddedBroker:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc is not None:
+            terminate(proc, grace_s=5)
 
     def wait(self) -> int:
         """Block until the broker exits (``inferlane broker`` in the foreground)."""
@@ -105,6 +99,18 @@ class EmbeddedBroker:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def terminate(proc: subprocess.Popen[bytes], *, grace_s: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited after ``grace_s``; reaps it either way."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _die_with_parent() -> None:

@@ -79,7 +79,7 @@ def run(
     from prometheus_client import start_http_server
 
     from worker.metrics import WorkerMetrics
-    from worker.serve import apply_torch_threads, load_registry, serve, with_broker
+    from worker.serve import load_registry, serve, tune_process, with_broker
 
     _terminate_like_ctrl_c()
     logging.basicConfig(
@@ -96,7 +96,7 @@ def run(
         single_lane=single_lane,
         torch_threads=torch_threads,
     )
-    apply_torch_threads(settings)
+    tune_process(settings)
     registry = load_registry(settings.models)
     metrics = WorkerMetrics()
     if metrics_port is not None:

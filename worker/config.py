@@ -62,7 +62,9 @@ class LaneConfig(_Frozen):
 
 
 class SinkConfig(_Frozen):
-    max_chunk: int = Field(default=4096, ge=1)  # outcomes per SQL transaction
+    # Outcomes per Kafka produce round: small enough that a high-lane result never waits
+    # long behind a chunk of bulk ones already on their way.
+    max_chunk: int = Field(default=1024, ge=1)
     retry_backoff_s: float = Field(default=0.5, gt=0)
     retry_backoff_max_s: float = Field(default=10.0, gt=0)
 

@@ -77,6 +77,8 @@ class Worker:
         self._ingress = Ingress(
             bootstrap=settings.bootstrap,
             topics=list(self._lane_of_topic),
+            # The FIFO baseline takes records as they come, whatever their topic.
+            urgent_topics=set() if settings.lanes.single_lane else {topics.high},
             group_id=kafka.group_id,
             client_id=kafka.client_id,
             max_records=kafka.fetch_max_records,

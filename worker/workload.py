@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import numpy as np
+
 from consumers.contract import InferenceRequest, Priority
 from worker.config import TopicConfig
 from worker.models.demo import demo_sentences, diabetes_test_set, digits_test_set
@@ -26,25 +28,24 @@ class Labelled:
 
 def digits_requests(n: int, *, prefix: str = "digits") -> list[InferenceRequest]:
     x, y = digits_test_set()
-    return [
-        InferenceRequest(
-            request_id=f"{prefix}-{i}",
-            model="digits",
-            inputs=x[i % len(x)].tolist(),
-            expected=int(y[i % len(y)]),
-        )
-        for i in range(n)
-    ]
+    return _labelled("digits", x, [int(v) for v in y], n, prefix)
 
 
 def diabetes_requests(n: int, *, prefix: str = "diabetes") -> list[InferenceRequest]:
     x, y = diabetes_test_set()
+    return _labelled("diabetes", x, [float(v) for v in y], n, prefix)
+
+
+def _labelled(
+    model: str, x: np.ndarray, labels: list[int] | list[float], n: int, prefix: str
+) -> list[InferenceRequest]:
+    """``n`` requests cycling through a test set, each carrying its ground truth."""
     return [
         InferenceRequest(
             request_id=f"{prefix}-{i}",
-            model="diabetes",
+            model=model,
             inputs=x[i % len(x)].tolist(),
-            expected=float(y[i % len(y)]),
+            expected=labels[i % len(labels)],
         )
         for i in range(n)
     ]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from sqlalchemy import Engine
 
+from consumers.client import READER_CONFIG
 from storage import count_results
 from worker.config import KafkaConfig, WorkerSettings
 
@@ -38,17 +40,22 @@ def wait_for_rows(engine: Engine, n: int, timeout_s: float = 60.0) -> int:
     return count
 
 
-def read_topic(bootstrap: str, topic: str, n: int, timeout_s: float = 30.0) -> list[object]:
-    """The first ``n`` records of ``topic`` (all partitions), or fewer at the timeout."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+def read_topic(
+    bootstrap: str, topic: str, n: int | None = None, timeout_s: float = 30.0
+) -> list[Any]:
+    """The first ``n`` records of ``topic`` (all partitions), or fewer at the timeout;
+    with ``n`` None, every record up to the end offsets as of the call."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **READER_CONFIG)
     try:
         parts = consumer.partitions_for_topic(topic) or set()
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
-        records: list[object] = []
+        ends = consumer.end_offsets(tps)
+        wanted = sum(ends.values()) if n is None else n
+        records: list[Any] = []
         deadline = time.monotonic() + timeout_s
-        while len(records) < n and time.monotonic() < deadline:
+        while len(records) < wanted and time.monotonic() < deadline:
             for batch in consumer.poll(timeout_ms=200).values():
                 records.extend(batch)
         return records

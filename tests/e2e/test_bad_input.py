@@ -113,7 +113,7 @@ async def test_bad_records_are_dead_lettered_and_good_ones_served(
         assert results[rid].status == Status.REJECTED
         assert results[rid].error is not None and results[rid].error.message
     assert len(dead) == len(BAD)
-    by_value = {d.value: dict(d.headers) for d in dead}  # type: ignore[attr-defined]
+    by_value = {d.value: dict(d.headers) for d in dead}
     for key, value, code, _ in BAD:
         headers = by_value.get(value)  # the original bytes, untouched
         assert headers is not None, f"no dead letter carries the bytes of {key!r}"
@@ -150,8 +150,8 @@ async def test_a_record_too_large_to_carry_back_keeps_its_reason_not_its_bytes(
 
     assert results["huge"].status == Status.REJECTED
     [letter] = dead
-    headers = dict(letter.headers)  # type: ignore[attr-defined]
-    assert letter.value is None  # type: ignore[attr-defined]
+    headers = dict(letter.headers)
+    assert letter.value is None
     assert headers[DeadLetterHeaders.CODE] == b"payload_too_large"
     assert int(headers[DeadLetterHeaders.VALUE_OMITTED]) == len(huge)
 
@@ -197,4 +197,4 @@ async def test_a_model_that_raises_fails_only_the_poison_requests(
             assert result.error.code == "model_error" and "poison" in result.error.message
         else:
             assert result.status == Status.OK and isinstance(result.outputs, float)
-    assert {d.key.decode() for d in dead} == poisoned  # type: ignore[attr-defined]
+    assert {d.key.decode() for d in dead} == poisoned

@@ -87,6 +87,6 @@ def test_publish_sends_every_line_as_is(broker: EmbeddedBroker, tmp_path: Path) 
     assert proc.wait(timeout=60) == 0, log.read_text()
     assert "published 3 records" in log.read_text()
     records = read_topic(broker.bootstrap, "inferlane.requests", 3)
-    assert sorted(r.value for r in records) == sorted(lines)  # type: ignore[attr-defined]
-    keys = {r.value: r.key for r in records}  # type: ignore[attr-defined]
+    assert sorted(r.value for r in records) == sorted(lines)
+    keys = {r.value: r.key for r in records}
     assert keys[lines[0]] == b"a" and keys[lines[1]] is None
