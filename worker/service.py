@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from collections import Counter
@@ -113,6 +114,9 @@ class Worker:
         self._store = await asyncio.to_thread(ResultStore, s.database_url)
         # Load every model before joining the group, so the first requests pay no load time.
         await asyncio.to_thread(self._warm_up)
+        # What exists now (modules, weights, libraries) lives as long as the process: keep
+        # it out of the cyclic collector's full passes, which the request churn triggers.
+        gc.freeze()
         self._sink = Sink(
             egress=self._egress,
             store=self._store,
