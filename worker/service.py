@@ -26,6 +26,7 @@ from consumers.records import RawRecord
 from consumers.topics import ensure_topics
 from storage import ResultStore
 from worker.admission import Admission
+from worker.backpressure import paused_topics
 from worker.batcher import Batcher
 from worker.completion import CompletionQueue
 from worker.config import WorkerSettings
@@ -225,11 +226,14 @@ class Worker:
         in_flight = self._tracker.in_flight()
         self.metrics.in_flight.set(in_flight)
         self.metrics.queued.set(len(self._lanes))
-        if in_flight >= self.settings.lanes.max_in_flight:
-            paused = set(self._lane_of_topic)
-        else:
-            paused = {t for t, p in self._lane_of_topic.items() if self._lanes.lane_for(p).full}
-        self._ingress.set_paused(paused)
+        self._ingress.set_paused(
+            paused_topics(
+                self._lane_of_topic,
+                self._lanes,
+                in_flight=in_flight,
+                max_in_flight=self.settings.lanes.max_in_flight,
+            )
+        )
 
     # -- schedule ----------------------------------------------------------------------
 
