@@ -50,7 +50,7 @@ QUICK = Plan(
     models=("digits", "minilm"),
     ceiling_batches={"digits": (1, 16, 64, 256, 1024), "minilm": (1, 8, 32, 64)},
     ceiling_min_s=0.4,
-    # inferlane delivers results in chunks (up to 4096): a run must span several.
+    # inferlane delivers results in chunks (up to 1024 by default): a run must span several.
     backlog={"digits": 25_000, "minilm": 512},
     run_s=5.0,
     priority_low=25_000,
