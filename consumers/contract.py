@@ -7,21 +7,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
-WIRE_VERSION = 1
-
 
 class Priority(StrEnum):
     HIGH = "high"
     NORMAL = "normal"
     LOW = "low"
-
-    @property
-    def rank(self) -> int:
-        """0 is served first."""
-        return _RANK[self]
-
-
-_RANK = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
 
 
 class Status(StrEnum):
@@ -105,11 +95,3 @@ class DeadLetterHeaders:
     OFFSET = "source.offset"
     # Set (to the original size) when a value was too large to carry back out.
     VALUE_OMITTED = "value.omitted.bytes"
-
-
-def result_key(request_id: str) -> bytes:
-    return request_id.encode()
-
-
-def dump_result(result: InferenceResult) -> bytes:
-    return result.model_dump_json(exclude_none=False).encode()

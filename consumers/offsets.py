@@ -58,6 +58,3 @@ class OffsetTracker:
     def forget(self, tps: set[TopicPartitionKey]) -> None:
         for tp in tps:
             self._parts.pop(tp, None)
-
-    def partitions(self) -> set[TopicPartitionKey]:
-        return set(self._parts)

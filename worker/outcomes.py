@@ -12,7 +12,7 @@ from consumers.contract import (
     Priority,
     Status,
 )
-from consumers.errors import BadInput, InferlaneError, ModelFailed
+from consumers.errors import BadInput, Expired, InferlaneError, ModelFailed
 from consumers.records import DeadLetter, RawRecord
 from worker.executor import BatchRun
 from worker.models import Adapter
@@ -54,7 +54,7 @@ def expired(pending: Pending, now_s: float) -> Outcome:
         request_id=request.request_id,
         model=request.model,
         status=Status.EXPIRED,
-        error=ErrorInfo(code="expired", message=f"deadline passed after {waited} ms in queue"),
+        error=ErrorInfo(code=Expired.code, message=f"deadline passed after {waited} ms in queue"),
         priority=pending.lane,
         latency_ms=Latency(queue=waited, compute=0.0, total=waited),
         metadata=request.metadata,
