@@ -54,18 +54,21 @@ class Sink:
 
     async def publish(self, outcomes: Sequence[Outcome]) -> None:
         """Step 1: every result and dead letter acknowledged by Kafka."""
-        records = self._kafka_records(outcomes)
+        # Serializing every result is per-record work: keep it off the event loop.
+        records = await asyncio.to_thread(self._kafka_records, outcomes)
         await self._retry("kafka", lambda: self._egress.publish(records))
 
     async def persist(
         self, outcomes: Sequence[Outcome], offsets: dict[TopicPartitionKey, int]
     ) -> None:
         """Step 2, for outcomes already published: one SQL transaction."""
-        results, drift = _rows(outcomes)
         positions = [OffsetRow(self._group_id, t, p, o) for (t, p), o in offsets.items()]
-        await self._retry(
-            "database", lambda: asyncio.to_thread(self._store.write, results, drift, positions)
-        )
+        await self._retry("database", lambda: asyncio.to_thread(self._write, outcomes, positions))
+
+    def _write(self, outcomes: Sequence[Outcome], positions: list[OffsetRow]) -> None:
+        # Runs in a thread: building the rows is per-record work too.
+        results, drift = _rows(outcomes)
+        self._store.write(results, drift, positions)
 
     def _kafka_records(self, outcomes: Sequence[Outcome]) -> list[OutRecord]:
         out = []
