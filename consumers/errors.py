@@ -46,5 +46,11 @@ class ModelFailed(InferlaneError):
     code = "model_error"
 
 
+class ModelUnavailable(InferlaneError):
+    """The model cannot be loaded now (bad files, failing adapter); retried in the background."""
+
+    code = "model_unavailable"
+
+
 class Expired(InferlaneError):
     code = "expired"

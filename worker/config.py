@@ -72,6 +72,26 @@ class SinkConfig(_Frozen):
     retry_backoff_max_s: float = Field(default=10.0, gt=0)
 
 
+class ModelStoreConfig(_Frozen):
+    """Tier budgets in bytes, charged with each model's measured memory.
+
+    Defaults follow common practice for mid-size models (BERT-base, ~440 MB): about two
+    on the device and five in host memory; the rest wait on disk.
+    """
+
+    device_bytes: int = Field(default=1 << 30, ge=0)
+    host_bytes: int = Field(default=5 << 29, ge=0)  # 2.5 GiB
+    # A model that fails to load is retried in the background, backing off to the max.
+    retry_backoff_s: float = Field(default=1.0, gt=0)
+    retry_backoff_max_s: float = Field(default=60.0, gt=0)
+    # How often the registry file's mtime is checked; 0 disables hot reload.
+    watch_interval_s: float = Field(default=2.0, ge=0)
+
+    def backoff_s(self, attempts: int) -> float:
+        """Wait before retry number ``attempts`` (1, 2, ...): doubling, capped."""
+        return min(self.retry_backoff_max_s, self.retry_backoff_s * 2 ** (attempts - 1))
+
+
 class WorkerSettings(BaseSettings):
     """Everything the worker needs; env ``INFERLANE_*`` (nested with ``__``) and CLI flags."""
 
@@ -88,6 +108,7 @@ class WorkerSettings(BaseSettings):
     batching: BatchConfig = BatchConfig()
     lanes: LaneConfig = LaneConfig()
     sink: SinkConfig = SinkConfig()
+    model_store: ModelStoreConfig = ModelStoreConfig()
 
     @model_validator(mode="after")
     def _distinct_topics(self) -> WorkerSettings:

@@ -59,6 +59,7 @@ class Worker:
         self.settings = settings
         self.metrics = metrics or WorkerMetrics()
         self._registry = registry
+        registry.configure(settings.model_store, self.metrics.registry)
         self._store: ResultStore | None = None
         self._lanes = Lanes(settings.lanes.capacity, single_lane=settings.lanes.single_lane)
         self._batcher = Batcher(
@@ -113,6 +114,7 @@ class Worker:
         s = self.settings
         assert s.bootstrap is not None
         self._store = await asyncio.to_thread(ResultStore, s.database_url)
+        self._registry.watch()
         # Load every model before joining the group, so the first requests pay no load time.
         await asyncio.to_thread(self._warm_up)
         # What exists now (modules, weights, libraries) lives as long as the process: keep
@@ -173,6 +175,7 @@ class Worker:
         await self._ingress.stop()
         await self._egress.stop()
         await asyncio.to_thread(self._executor.shutdown)
+        await asyncio.to_thread(self._registry.close)
         if self._store is not None:
             self._store.close()
 
@@ -256,6 +259,14 @@ class Worker:
                 await asyncio.wait_for(self._wake.wait(), timeout)
 
     def _dispatch(self, batch: Batch) -> None:
+        ready = self._registry.ensure(batch.model)  # one load, on the store's loader thread
+        if not ready.done():  # other models' batches run meanwhile
+            loop = asyncio.get_running_loop()
+            ready.add_done_callback(lambda _: loop.call_soon_threadsafe(self._submit, batch))
+            return
+        self._submit(batch)
+
+    def _submit(self, batch: Batch) -> None:
         self._running_batches += 1
         self.metrics.batch(batch)
         future = asyncio.wrap_future(self._executor.submit(batch))

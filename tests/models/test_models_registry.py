@@ -81,7 +81,7 @@ class CountingLoader:
         self.calls += 1
         time.sleep(0.05)
         return LoadedModel(
-            spec.name, spec.version, torch.nn.Identity(), adapter, spec.max_batch, device
+            spec.name, spec.version, torch.nn.Linear(64, 10), adapter, spec.max_batch, device
         )
 
 

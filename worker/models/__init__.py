@@ -14,7 +14,7 @@ from worker.models.demo import (
 )
 from worker.models.loaders import MeanPooledEncoder, load_model
 from worker.models.model import LoadedModel
-from worker.models.registry import ModelRegistry
+from worker.models.registry import Changes, ModelRegistry
 from worker.models.specs import (
     AdapterConfig,
     ClassifierConfig,
@@ -27,6 +27,7 @@ from worker.models.specs import (
 __all__ = [
     "Adapter",
     "AdapterConfig",
+    "Changes",
     "ClassifierAdapter",
     "ClassifierConfig",
     "LoadedModel",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +11,7 @@ from pydantic import JsonValue
 
 from consumers.errors import ModelFailed
 from worker.models.adapters import Adapter
+from worker.models.measure import tensor_bytes
 
 
 @dataclass
@@ -29,21 +29,21 @@ class LoadedModel:
         """Prepared items in, one output per item out (same order)."""
         if not items:
             return []
-        batch = _to_device(self.adapter.collate(items), self.device)
-        with torch.inference_mode():
-            output = self.module(**batch) if isinstance(batch, dict) else self.module(batch)
-        results = self.adapter.split(output, len(items))
+        results = self.adapter.split(self.forward(items), len(items))
         if len(results) != len(items):
             raise ModelFailed(f"{self.name}: {len(results)} outputs for {len(items)} inputs")
         return results
 
+    def forward(self, items: Sequence[Any]) -> Any:
+        """The module's raw output for a batch of prepared items."""
+        batch = _to_device(self.adapter.collate(items), self.device)
+        with torch.inference_mode():
+            return self.module(**batch) if isinstance(batch, dict) else self.module(batch)
+
     @property
     def nbytes(self) -> int:
-        """Bytes held by parameters and buffers: what the model store budgets for."""
-        if not isinstance(self.module, torch.nn.Module):
-            return 0
-        tensors = itertools.chain(self.module.parameters(), self.module.buffers())
-        return sum(t.numel() * t.element_size() for t in tensors)
+        """Bytes of the tensors the module holds (the weights part of its store charge)."""
+        return tensor_bytes(self.module)
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

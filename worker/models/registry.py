@@ -1,27 +1,49 @@
-"""The model registry: names to specs and adapters; models loaded lazily, once."""
+"""The model registry: names to specs and adapters, and the tiered store of loaded models.
+
+The registry file may change while the worker runs: ``reload`` (called by the file
+watcher) adds, removes and replaces models without a restart. A removed model keeps
+answering ``spec`` and ``adapter`` for the requests already queued, whose batches then
+fail with ``unknown_model``; batches already running finish on the version they
+started with, and each result carries the version that computed it.
+"""
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from prometheus_client import CollectorRegistry
 
-from consumers.errors import UnknownModel
+from consumers.errors import ModelUnavailable, UnknownModel
+from worker.config import ModelStoreConfig
 from worker.models.adapters import Adapter
 from worker.models.loaders import load_model
 from worker.models.model import LoadedModel
 from worker.models.specs import ModelSpec, RegistryFile
+from worker.models.store import Failure, Loader, Placement, TieredStore
+from worker.models.store_metrics import StoreMetrics
+from worker.models.watch import FileWatcher
 
-Loader = Callable[[ModelSpec, torch.device, Adapter], LoadedModel]
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    added: list[str]
+    removed: list[str]
+    replaced: list[str]
 
 
 class ModelRegistry:
-    """Thread-safe lookup; ``get`` loads a model on first use and caches it.
+    """Thread-safe lookups; ``get`` and ``ensure`` place models through the tiered store.
 
-    Loading (``loader``) is kept apart from caching so that a tiered store can take over
-    the cache without touching how weights are read.
+    Loading (``loader``) is kept apart from placement, so tests and tools can swap how
+    weights are read without touching the tiers.
     """
 
     def __init__(
@@ -30,50 +52,165 @@ class ModelRegistry:
         *,
         device: torch.device | None = None,
         loader: Loader = load_model,
+        config: ModelStoreConfig | None = None,
+        path: Path | None = None,
     ) -> None:
+        self.path = path
         self._specs = {spec.name: spec for spec in specs}
-        self._device = device or torch.device("cpu")
-        self._loader = loader
+        self._retired: dict[str, ModelSpec] = {}
         self._adapters: dict[str, Adapter] = {}
-        self._models: dict[str, LoadedModel] = {}
-        # One lock per model: loading a big model never blocks lookups of loaded ones.
-        self._locks = {name: threading.Lock() for name in self._specs}
+        self._adapter_failures: dict[str, Failure] = {}
+        self._lock = threading.Lock()
+        self._config = config or ModelStoreConfig()
+        self._collector: CollectorRegistry | None = None
+        self._metrics = StoreMetrics()
+        self._store = TieredStore(
+            self._loadable,
+            device=device or torch.device("cpu"),
+            loader=loader,
+            config=self._config,
+            metrics=self._metrics,
+        )
+        self._watcher: FileWatcher | None = None
 
     @classmethod
-    def from_toml(cls, path: Path, *, device: torch.device | None = None) -> ModelRegistry:
-        return cls(RegistryFile.from_toml(path).models, device=device)
+    def from_toml(
+        cls,
+        path: Path,
+        *,
+        device: torch.device | None = None,
+        config: ModelStoreConfig | None = None,
+    ) -> ModelRegistry:
+        return cls(RegistryFile.from_toml(path).models, device=device, config=config, path=path)
+
+    def configure(self, config: ModelStoreConfig, collector: CollectorRegistry) -> None:
+        """Budgets and metrics of the worker that serves from this registry."""
+        if collector is not self._collector:
+            self._collector, self._metrics = collector, StoreMetrics(collector)
+        self._config = config
+        self._store.configure(config, self._metrics)
+
+    # -- lookups -----------------------------------------------------------------------
 
     def names(self) -> list[str]:
         return sorted(self._specs)
 
     def spec(self, name: str) -> ModelSpec:
-        try:
-            return self._specs[name]
-        except KeyError:
+        spec = self._specs.get(name) or self._retired.get(name)
+        if spec is None:
             known = ", ".join(self.names()) or "none"
-            raise UnknownModel(f"unknown model {name!r:.80}; known models: {known}") from None
+            raise UnknownModel(f"unknown model {name!r:.80}; known models: {known}")
+        return spec
 
     def adapter(self, name: str) -> Adapter:
-        """The model's adapter, without loading its weights (for the ingest path)."""
+        """The model's adapter, without loading its weights (for the ingest path).
+
+        An adapter that cannot be built (a missing tokenizer, say) raises
+        ``ModelUnavailable``, and is tried again only after a backoff.
+        """
         adapter = self._adapters.get(name)
-        if adapter is None:
-            spec = self.spec(name)
-            with self._locks[name]:
-                adapter = self._adapters.get(name) or spec.adapter.build()
-                self._adapters[name] = adapter
+        if adapter is not None:
+            return adapter
+        spec = self.spec(name)
+        with self._lock:
+            adapter = self._adapters.get(name)
+            if adapter is not None:
+                return adapter
+            failure = self._adapter_failures.get(name)
+            if failure is not None and time.monotonic() < failure.retry_at_s:
+                raise ModelUnavailable(failure.message)
+            try:
+                adapter = self._adapters[name] = spec.adapter.build()
+            except Exception as exc:
+                raise ModelUnavailable(self._adapter_failed(name, failure, exc)) from exc
+            self._adapter_failures.pop(name, None)
         return adapter
 
+    def _adapter_failed(self, name: str, previous: Failure | None, exc: Exception) -> str:
+        attempts = previous.attempts + 1 if previous else 1
+        delay = self._config.backoff_s(attempts)
+        message = (
+            f"model {name!r}: its adapter cannot be built: {type(exc).__name__}: {exc}"
+            f" (attempt {attempts}; next retry in {delay:.3g} s)"
+        )
+        self._adapter_failures[name] = Failure(message, attempts, time.monotonic() + delay)
+        log.warning("%s", message)
+        return message
+
+    def ensure(self, name: str) -> Future[LoadedModel]:
+        """The model on the device: done when it is there, else its single-flight load."""
+        return self._store.ensure(name)
+
     def get(self, name: str) -> LoadedModel:
-        model = self._models.get(name)
-        if model is None:
-            spec, adapter = self.spec(name), self.adapter(name)
-            with self._locks[name]:
-                model = self._models.get(name) or self._loader(spec, self._device, adapter)
-                self._models[name] = model
-        return model
+        """The model on the device, loaded if needed (the executor's ``resolve``)."""
+        return self._store.get(name)
 
     def warmup(self, name: str, batch_size: int = 1) -> None:
         """Run one dummy batch so the first real one does not pay for lazy init."""
         model = self.get(name)
         item = model.adapter.prepare(model.adapter.example())
         model.run([item] * min(batch_size, model.max_batch))
+
+    def placements(self) -> dict[str, Placement]:
+        """Models on the device or the host tier; the others are on disk."""
+        return self._store.placements()
+
+    def _loadable(self, name: str) -> tuple[ModelSpec, Adapter]:
+        if name in self._retired:
+            raise UnknownModel(f"model {name!r:.80} was removed from the registry")
+        return self.spec(name), self.adapter(name)
+
+    # -- changes while running ---------------------------------------------------------
+
+    def watch(self) -> None:
+        """Reload whenever the registry file changes (polled; no-op without a file)."""
+        interval = self._config.watch_interval_s
+        if self.path is not None and interval > 0 and self._watcher is None:
+            self._watcher = FileWatcher(self.path, interval, self._reload_logged)
+
+    def reload(self) -> Changes:
+        """Apply the registry file as it is now; raises (keeping the old one) if invalid."""
+        if self.path is None:
+            raise ValueError("this registry was not read from a file")
+        new = {spec.name: spec for spec in RegistryFile.from_toml(self.path).models}
+        with self._lock:
+            old = self._specs
+            changes = Changes(
+                added=sorted(new.keys() - old.keys()),
+                removed=sorted(old.keys() - new.keys()),
+                replaced=sorted(n for n in new.keys() & old.keys() if new[n] != old[n]),
+            )
+            self._specs = new
+            for name in changes.removed:
+                self._retired[name] = old[name]
+            for name in (*changes.added, *changes.replaced):
+                self._retired.pop(name, None)
+            for name in (*changes.removed, *changes.replaced):
+                self._adapters.pop(name, None)
+                self._adapter_failures.pop(name, None)
+        forgotten = [self._store.forget(n) for n in (*changes.removed, *changes.replaced)]
+        for done in forgotten:
+            done.result()
+        return changes
+
+    def _reload_logged(self) -> None:
+        try:
+            changes = self.reload()
+        except Exception as exc:
+            self._metrics.reloads.labels("error").inc()
+            log.error("registry %s not reloaded, the previous one serves: %s", self.path, exc)
+            return
+        self._metrics.reloads.labels("ok").inc()
+        log.info(
+            "registry reloaded: added %s, removed %s, replaced %s",
+            changes.added,
+            changes.removed,
+            changes.replaced,
+        )
+
+    def close(self) -> None:
+        """Stop watching and loading; the registry can serve again later."""
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+        self._store.close()

@@ -81,6 +81,9 @@ class ModelSpec(_Config):
     factory: Annotated[str, Field(pattern=r"^[\w.]+:\w+$")] | None = None
     adapter: AdapterConfig
     max_batch: Annotated[int, Field(ge=1)] = 256
+    # Serve an optimized module, only once its outputs match eager within the tolerance.
+    optimize: Literal["compile"] | None = None
+    optimize_tolerance: Annotated[float, Field(gt=0)] = 1e-4
 
     @model_validator(mode="after")
     def _factory_iff_factory_format(self) -> ModelSpec:
