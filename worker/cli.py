@@ -16,8 +16,10 @@ from rich.console import Console
 
 from worker.broker import EmbeddedBroker
 from worker.config import WorkerSettings
+from worker.models.cli import app as models_app
 
 app = typer.Typer(help="Kafka-driven inference worker.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
 console = Console()
 
 Bootstrap = Annotated[

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -12,6 +14,36 @@ from pydantic import JsonValue
 from consumers.errors import ModelFailed
 from worker.models.adapters import Adapter
 from worker.models.measure import tensor_bytes
+
+
+class Lease:
+    """Counts forward passes in progress, so an evicted module is freed only when idle."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._on_idle: Callable[[], None] | None = None
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active -= 1
+                free, self._on_idle = (self._on_idle, None) if not self._active else (None, None)
+            if free is not None:
+                free()
+
+    def release(self, free: Callable[[], None]) -> None:
+        """Call ``free`` now, or when the last forward pass in progress ends."""
+        with self._lock:
+            if self._active:
+                self._on_idle = free
+                return
+        free()
 
 
 @dataclass
@@ -24,6 +56,8 @@ class LoadedModel:
     adapter: Adapter
     max_batch: int
     device: torch.device
+    # Shared by every wrapper of the same module (dataclasses.replace copies it).
+    lease: Lease = field(default_factory=lambda: Lease())
 
     def run(self, items: Sequence[Any]) -> list[JsonValue]:
         """Prepared items in, one output per item out (same order)."""
@@ -37,7 +71,7 @@ class LoadedModel:
     def forward(self, items: Sequence[Any]) -> Any:
         """The module's raw output for a batch of prepared items."""
         batch = _to_device(self.adapter.collate(items), self.device)
-        with torch.inference_mode():
+        with self.lease.held(), torch.inference_mode():
             return self.module(**batch) if isinstance(batch, dict) else self.module(batch)
 
     @property

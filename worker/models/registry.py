@@ -79,9 +79,11 @@ class ModelRegistry:
         path: Path,
         *,
         device: torch.device | None = None,
+        loader: Loader = load_model,
         config: ModelStoreConfig | None = None,
     ) -> ModelRegistry:
-        return cls(RegistryFile.from_toml(path).models, device=device, config=config, path=path)
+        models = RegistryFile.from_toml(path).models
+        return cls(models, device=device, loader=loader, config=config, path=path)
 
     def configure(self, config: ModelStoreConfig, collector: CollectorRegistry) -> None:
         """Budgets and metrics of the worker that serves from this registry."""

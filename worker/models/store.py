@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import logging
 import threading
 import time
@@ -27,7 +26,7 @@ import torch
 from consumers.errors import ModelUnavailable, UnknownModel
 from worker.config import ModelStoreConfig
 from worker.models.adapters import Adapter
-from worker.models.measure import release_memory, tensor_bytes, workspace_bytes
+from worker.models.measure import free_tensors, return_heap, tensor_bytes, workspace_bytes
 from worker.models.model import LoadedModel
 from worker.models.optimize import guarded
 from worker.models.specs import ModelSpec
@@ -88,7 +87,6 @@ class TieredStore:
         self._device: dict[str, LoadedModel] = {}
         self._host: dict[str, LoadedModel] = {}  # on CUDA: modules on the CPU, pinned
         self._charges: dict[str, Resident] = {}  # last measured, the next load's estimate
-        self._frozen_at: dict[str, int] = {}  # gc freeze count when it loaded
         self._last_used: dict[str, float] = {}
         self._loading: dict[str, Future[LoadedModel]] = {}
         self._failures: dict[str, Failure] = {}
@@ -215,7 +213,6 @@ class TieredStore:
         return model
 
     def _cold_load(self, name: str, spec: ModelSpec, adapter: Adapter) -> LoadedModel:
-        frozen = gc.get_freeze_count()
         model = self._loader(spec, self._device_type, adapter)
         if spec.optimize is not None:
             model = guarded(model, spec, self._metrics)
@@ -224,7 +221,6 @@ class TieredStore:
         charge = Resident(name, weights + workspace, weights)
         with self._lock:
             self._charges[name] = charge
-            self._frozen_at[name] = frozen
             self._device[name] = model
             self._place(Move(name, Tier.DISK, Tier.DEVICE), charge)
         return model
@@ -250,10 +246,11 @@ class TieredStore:
             if move.target is Tier.HOST and model is not None:
                 self._host[move.name] = _to_host(model)
             self._place(move, self._charges.get(move.name, Resident(move.name, 0, 0)))
-            frozen = gc.get_freeze_count() != self._frozen_at.get(move.name, 0)
-        del model
-        if move.target is Tier.DISK:
-            release_memory(frozen_since_load=frozen)
+        if move.target is Tier.DISK and model is not None:
+            module = model.module
+            model.lease.release(lambda: free_tensors(module))
+            del model, module
+            return_heap()
         self._metrics.evictions.labels(move.source.value).inc()
         self._metrics.eviction.labels(move.name).observe(time.perf_counter() - started)
 
@@ -327,7 +324,6 @@ class TieredStore:
         with self._lock:
             self._failures.pop(name, None)
             self._charges[name] = charge
-            self._frozen_at[name] = gc.get_freeze_count()
             for move in plan_park(self._view, charge, self._budgets):
                 self._host[name] = _to_host(model)
                 self._place(move, charge)

@@ -68,4 +68,3 @@ class StoreMetrics:
             self.tier_bytes.labels(tier.value).set(n)
         for tier, n in budgets.items():
             self.budget_bytes.labels(tier.value).set(n)
-

@@ -1,0 +1,99 @@
+"""``inferlane models``: list, check and build model registries."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from worker.models.registry import ModelRegistry
+
+# Model code (torch) is imported inside the commands: `inferlane --help` stays quick.
+app = typer.Typer(help="Model registries: list, check, build the demo.", no_args_is_help=True)
+console = Console()
+
+Registry = Annotated[
+    Path | None,
+    typer.Argument(help="Registry TOML; unset: the demo models.", exists=True, dir_okay=False),
+]
+
+
+def _open(registry: Path | None) -> ModelRegistry:
+    from worker.models.demo import ensure_demo_models
+    from worker.models.registry import ModelRegistry
+
+    return ModelRegistry.from_toml(registry if registry is not None else ensure_demo_models())
+
+
+@app.command("list")
+def list_models(
+    registry: Registry = None,
+    load: Annotated[bool, typer.Option(help="Load each model to measure its bytes.")] = False,
+) -> None:
+    """Name, version, format, tier, bytes and last use of each model in a registry."""
+    from worker.models.tiers import Tier
+
+    models = _open(registry)
+    table = Table("name", "version", "format", "tier", "bytes", "last used")
+    for name in models.names():
+        spec = models.spec(name)
+        if load:
+            models.ensure(name).exception()  # a failure shows as the model staying on disk
+        placed = models.placements().get(name)
+        tier, size, used = Tier.DISK.value, _file_bytes(spec.path), "-"
+        if placed is not None:
+            tier, size = placed.tier.value, placed.device_bytes
+            if placed.last_used_s is not None:
+                used = datetime.datetime.fromtimestamp(placed.last_used_s).isoformat("T", "seconds")
+        table.add_row(name, spec.version, spec.format, tier, f"{size:,}", used)
+    models.close()
+    console.print(table)
+
+
+def _file_bytes(path: Path) -> int:
+    files = path.rglob("*") if path.is_dir() else [path]
+    return sum(f.stat().st_size for f in files if f.is_file())
+
+
+@app.command()
+def check(registry: Annotated[Path, typer.Argument(exists=True, dir_okay=False)]) -> None:
+    """Load each model and run its example; report every error without serving."""
+    from worker.models.registry import ModelRegistry
+
+    try:
+        models = ModelRegistry.from_toml(registry)
+    except Exception as exc:
+        console.print(f"[red]invalid registry[/] {registry}: {exc}")
+        raise typer.Exit(2) from exc
+    failed = 0
+    for name in models.names():
+        try:
+            model = models.ensure(name).result()
+            model.run([model.adapter.prepare(model.adapter.example())])
+        except Exception as exc:
+            failed += 1
+            console.print(f"[red]FAIL[/] {name}: {exc}")
+            continue
+        console.print(f"[green]ok[/]   {name} (version {model.version})")
+    models.close()
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command("build-demo")
+def build_demo(
+    folder: Annotated[Path, typer.Argument(file_okay=False)],
+    copies: Annotated[int, typer.Option(min=0, help="Also N copies of digits.")] = 0,
+) -> None:
+    """Build the demo registry in FOLDER; with --copies, N digits copies in FOLDER/copies."""
+    from worker.models.copies import write_copies
+    from worker.models.demo import ensure_demo_models
+
+    console.print(f"demo registry: {ensure_demo_models(folder)}")
+    if copies:
+        console.print(f"{copies} copies: {write_copies(folder, copies)}")
