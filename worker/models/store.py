@@ -182,7 +182,8 @@ class TieredStore:
         if timer is not None:
             timer.cancel()
         if tier is not Tier.DISK:
-            self._evict(Move(name, tier, Tier.DISK))
+            # Not freed by force: a batch may hold the old version; references decide.
+            self._evict(Move(name, tier, Tier.DISK), free=False)
         self._charges.pop(name, None)
         with contextlib.suppress(KeyError):  # it never failed
             self._metrics.unavailable.remove(name)
@@ -239,14 +240,14 @@ class TieredStore:
             self._place(Move(name, Tier.HOST, Tier.DEVICE), self._charges[name])
         return model
 
-    def _evict(self, move: Move) -> None:
+    def _evict(self, move: Move, *, free: bool = True) -> None:
         started = time.perf_counter()
         with self._lock:
             model = self._device.pop(move.name, None) or self._host.pop(move.name, None)
             if move.target is Tier.HOST and model is not None:
                 self._host[move.name] = _to_host(model)
             self._place(move, self._charges.get(move.name, Resident(move.name, 0, 0)))
-        if move.target is Tier.DISK and model is not None:
+        if move.target is Tier.DISK and model is not None and free:
             module = model.module
             model.lease.release(lambda: free_tensors(module))
             del model, module

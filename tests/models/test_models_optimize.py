@@ -1,0 +1,81 @@
+"""Guarded optimization: an optimized module that disagrees with eager never serves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from prometheus_client import CollectorRegistry
+
+from worker.config import ModelStoreConfig
+from worker.models import ModelRegistry
+from worker.models import optimize as optimize_module
+
+
+class Skewed(torch.nn.Module):
+    """A deliberately wrong "optimization": the eager module, off by a little."""
+
+    def __init__(self, eager: Any, offset: float) -> None:
+        super().__init__()
+        self.eager, self.offset = eager, offset
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.eager(x) + self.offset
+
+
+def optimized_registry(tmp_path: Path, demo_registry_path: Path) -> ModelRegistry:
+    weights = demo_registry_path.parent / "digits-1.pt2"
+    path = tmp_path / "registry.toml"
+    path.write_text(
+        f'[[models]]\nname = "digits"\nversion = "1"\nformat = "export"\npath = "{weights}"\n'
+        'optimize = "compile"\noptimize_tolerance = 1e-4\n'
+        'adapter = { kind = "classifier", features = 64, num_classes = 10 }\n'
+    )
+    registry = ModelRegistry.from_toml(path)
+    registry.configure(ModelStoreConfig(), CollectorRegistry())
+    return registry
+
+
+@pytest.mark.parametrize(("offset", "served"), [(1e-3, False), (1e-6, True)])
+def test_optimized_model_serves_only_when_it_matches_eager(
+    tmp_path: Path,
+    demo_registry_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    offset: float,
+    served: bool,
+) -> None:
+    monkeypatch.setitem(optimize_module.OPTIMIZERS, "compile", lambda m: Skewed(m, offset))
+    registry = optimized_registry(tmp_path, demo_registry_path)
+    try:
+        model = registry.ensure("digits").result()
+        assert isinstance(model.module, Skewed) is served
+        refused = registry._metrics.registry.get_sample_value(
+            "inferlane_model_optimization_refused_total",
+            {"model": "digits", "reason": "mismatch"},
+        )
+        assert (refused or 0) == (0 if served else 1)
+    finally:
+        registry.close()
+
+
+def test_an_optimizer_that_raises_leaves_eager_serving(
+    tmp_path: Path, demo_registry_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(module: Any) -> Any:
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setitem(optimize_module.OPTIMIZERS, "compile", broken)
+    registry = optimized_registry(tmp_path, demo_registry_path)
+    try:
+        model = registry.ensure("digits").result()
+        assert model.run([model.adapter.prepare([0.0] * 64)])
+        assert (
+            registry._metrics.registry.get_sample_value(
+                "inferlane_model_optimization_refused_total", {"model": "digits", "reason": "error"}
+            )
+            == 1
+        )
+    finally:
+        registry.close()
