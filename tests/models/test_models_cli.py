@@ -30,3 +30,14 @@ def test_check_reports_each_broken_model_and_fails(tmp_path: Path, broken_regist
     assert checked.exit_code == 1
     assert "ok   digits" in checked.output
     assert "FAIL lost" in checked.output and "FAIL mute" in checked.output
+
+
+def test_reload_touches_only_a_valid_registry(tmp_path: Path, broken_registry: Path) -> None:
+    before = broken_registry.stat().st_mtime_ns
+    assert runner.invoke(app, ["models", "reload", str(broken_registry)]).exit_code == 0
+    assert broken_registry.stat().st_mtime_ns > before
+    invalid = tmp_path / "invalid.toml"
+    invalid.write_text("[[models]]\nname = 'x'\n")
+    stamp = invalid.stat().st_mtime_ns
+    assert runner.invoke(app, ["models", "reload", str(invalid)]).exit_code == 2
+    assert invalid.stat().st_mtime_ns == stamp

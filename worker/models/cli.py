@@ -97,3 +97,19 @@ def build_demo(
     console.print(f"demo registry: {ensure_demo_models(folder)}")
     if copies:
         console.print(f"{copies} copies: {write_copies(folder, copies)}")
+
+
+@app.command()
+def reload(registry: Annotated[Path, typer.Argument(exists=True, dir_okay=False)]) -> None:
+    """Validate REGISTRY, then touch it: running workers that serve it reload it now."""
+    import os
+
+    from worker.models.specs import RegistryFile
+
+    try:
+        models = RegistryFile.from_toml(registry).models
+    except Exception as exc:
+        console.print(f"[red]invalid registry, not touched[/] {registry}: {exc}")
+        raise typer.Exit(2) from exc
+    os.utime(registry)
+    console.print(f"{registry}: {len(models)} models; workers watching it reload it")
