@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import linecache
 import os
 from collections.abc import Callable
 from typing import Any
@@ -73,6 +74,21 @@ def free_tensors(module: Any) -> None:
             sub._buffers.clear()
             for key in [k for k, v in vars(sub).items() if isinstance(v, torch.Tensor)]:
                 delattr(sub, key)
+
+
+def code_cache_keys() -> set[str]:
+    """Keys of torch.fx's generated-code caches (``linecache``, for tracebacks)."""
+    return set(linecache.cache)
+
+
+def forget_load_caches(keys: set[str]) -> None:
+    """Drop the fx sources that loading an exported program generated (``keys``): torch
+    keeps each in ``linecache`` for tracebacks, for good (6 per digits load)."""
+    loader = getattr(torch.fx.graph_module, "_loader", None)
+    for key in keys:
+        linecache.cache.pop(key, None)
+        if loader is not None:
+            loader.eval_cache.pop(key, None)
 
 
 def return_heap() -> None:

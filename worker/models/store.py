@@ -26,7 +26,14 @@ import torch
 from consumers.errors import ModelUnavailable, UnknownModel
 from worker.config import ModelStoreConfig
 from worker.models.adapters import Adapter
-from worker.models.measure import free_tensors, return_heap, tensor_bytes, workspace_bytes
+from worker.models.measure import (
+    code_cache_keys,
+    forget_load_caches,
+    free_tensors,
+    return_heap,
+    tensor_bytes,
+    workspace_bytes,
+)
 from worker.models.model import LoadedModel
 from worker.models.optimize import guarded
 from worker.models.specs import ModelSpec
@@ -87,6 +94,7 @@ class TieredStore:
         self._device: dict[str, LoadedModel] = {}
         self._host: dict[str, LoadedModel] = {}  # on CUDA: modules on the CPU, pinned
         self._charges: dict[str, Resident] = {}  # last measured, the next load's estimate
+        self._code_keys: dict[str, set[str]] = {}  # generated sources its load cached
         self._last_used: dict[str, float] = {}
         self._loading: dict[str, Future[LoadedModel]] = {}
         self._failures: dict[str, Failure] = {}
@@ -214,6 +222,7 @@ class TieredStore:
         return model
 
     def _cold_load(self, name: str, spec: ModelSpec, adapter: Adapter) -> LoadedModel:
+        cached = code_cache_keys()
         model = self._loader(spec, self._device_type, adapter)
         if spec.optimize is not None:
             model = guarded(model, spec, self._metrics)
@@ -222,6 +231,7 @@ class TieredStore:
         charge = Resident(name, weights + workspace, weights)
         with self._lock:
             self._charges[name] = charge
+            self._code_keys[name] = code_cache_keys() - cached
             self._device[name] = model
             self._place(Move(name, Tier.DISK, Tier.DEVICE), charge)
         return model
@@ -251,6 +261,7 @@ class TieredStore:
             module = model.module
             model.lease.release(lambda: free_tensors(module))
             del model, module
+            forget_load_caches(self._code_keys.pop(move.name, set()))
             return_heap()
         self._metrics.evictions.labels(move.source.value).inc()
         self._metrics.eviction.labels(move.name).observe(time.perf_counter() - started)
