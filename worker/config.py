@@ -43,6 +43,8 @@ class KafkaConfig(_Frozen):
     # Tansu holds a join for about half of this: short keeps startup and rebalances quick.
     session_timeout_ms: int = Field(default=10_000, ge=6_000)
     linger_ms: int = 2
+    # How long to wait for an unknown topic (a reply_to) before refusing its records.
+    metadata_timeout_ms: int = Field(default=10_000, ge=100)
 
     @property
     def max_request_bytes(self) -> int:

@@ -94,6 +94,8 @@ class Worker:
             client_id=kafka.client_id,
             linger_ms=kafka.linger_ms,
             max_request_bytes=kafka.max_request_bytes,
+            metadata_timeout_s=kafka.metadata_timeout_ms / 1000,
+            stable_topics=frozenset({topics.results, topics.dead_letters}),
         )
         self._done = CompletionQueue()
         # Bounded: when SQL falls behind, stage 1 waits instead of piling up chunks.
