@@ -78,5 +78,6 @@ def _run_isolating(model: LoadedModel, items: Sequence[Pending]) -> list[ItemRes
 
 
 def _error(what: str, exc: Exception) -> ErrorInfo:
-    code = exc.code if isinstance(exc, InferlaneError) else ModelFailed.code  # model_unavailable
+    # Our own errors keep their code (e.g. non_finite_output); anything else is the model's.
+    code = exc.code if isinstance(exc, InferlaneError) else ModelFailed.code
     return ErrorInfo(code=code, message=f"{what}: {type(exc).__name__}: {exc}")
