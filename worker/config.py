@@ -72,6 +72,16 @@ class SinkConfig(_Frozen):
     retry_backoff_max_s: float = Field(default=10.0, gt=0)
 
 
+class OpsConfig(_Frozen):
+    """The worker's HTTP surface: /metrics, /healthz, /readyz and the status page."""
+
+    http_port: int = Field(default=9400, ge=0, le=65535)  # 0: no HTTP surface
+    http_host: str = "127.0.0.1"
+    # /readyz fails while any partition's lag is above this many records.
+    ready_max_lag: int = Field(default=100_000, ge=1)
+    db_probe_timeout_s: float = Field(default=2.0, gt=0)
+
+
 class WorkerSettings(BaseSettings):
     """Everything the worker needs; env ``INFERLANE_*`` (nested with ``__``) and CLI flags."""
 
@@ -88,6 +98,7 @@ class WorkerSettings(BaseSettings):
     batching: BatchConfig = BatchConfig()
     lanes: LaneConfig = LaneConfig()
     sink: SinkConfig = SinkConfig()
+    ops: OpsConfig = OpsConfig()
 
     @model_validator(mode="after")
     def _distinct_topics(self) -> WorkerSettings:
