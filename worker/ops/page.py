@@ -33,6 +33,8 @@ PAGE = """<!doctype html>
 <div class="grid">
 <section><h2>Consumer lag (records)</h2><table id="lag"><thead><tr><th>partition</th>
  <th>lag</th></tr></thead><tbody></tbody></table></section>
+<section><h2>Pipeline</h2><table id="pipeline"><thead><tr><th>series</th><th>value</th>
+ </tr></thead><tbody></tbody></table></section>
 <section><h2>Process</h2><table id="process"><thead><tr><th>series</th><th>value</th></tr>
  </thead><tbody></tbody></table></section>
 <section><h2>Drift</h2><table id="drift"><thead><tr><th>series</th><th>value</th></tr>
@@ -68,6 +70,7 @@ function render(s){
  fill("models",Object.entries(s.models).map(([k,v])=>[k,v.batch_cap,v.mean_batch,
   (v.utilization*100).toFixed(1)+" %",v.rate_per_s,v.results_total]));
  fill("lag",s.lag.map(x=>[x.topic+"["+x.partition+"]",x.records]));
+ fill("pipeline",Object.entries(s.pipeline).map(([k,v])=>[k,num(v)]));
  fill("process",Object.entries(s.process).map(([k,v])=>[k,num(v)]));
  fill("drift",s.drift.map(x=>[x.name+labels(x.labels),num(x.value)]));
  fill("errors",s.errors.map(e=>[new Date(e.at_s*1000).toLocaleTimeString(),e.request_id,

@@ -26,7 +26,8 @@ _SHOWN = (
     "inferlane_results", "inferlane_batch_size_requests", "inferlane_compute_busy_seconds",
     "inferlane_lane_depth_requests", "inferlane_batch_cap_requests", "inferlane_process",
     "inferlane_records_consumed", "inferlane_batches", "inferlane_ready",
-    "inferlane_consumer_lag_records",
+    "inferlane_consumer_lag_records", "inferlane_dead_letters", "inferlane_queued_requests",
+    "inferlane_in_flight_requests", "inferlane_paused_partitions", "inferlane_assigned_partitions",
 )  # fmt: skip
 _MAX_OTHER = 60
 _LANE_RANK = {"high": 0, "normal": 1, "low": 2}
@@ -60,6 +61,7 @@ class StatusBoard:
             "lanes": _lanes(snapshot, base, elapsed),
             "models": _models(snapshot, base, elapsed),
             "lag": _lag(snapshot),
+            "pipeline": _pipeline(snapshot),
             "process": {
                 s.name.removeprefix("inferlane_"): s.value
                 for s in snapshot.samples
@@ -145,10 +147,25 @@ def _models(now: Snapshot, before: Snapshot, elapsed: float) -> dict[str, dict[s
 
 
 def _lag(now: Snapshot) -> list[dict[str, Any]]:
-    return [
+    rows = [
         {"topic": s.labels["topic"], "partition": s.labels["partition"], "records": int(s.value)}
         for s in now.named("inferlane_consumer_lag_records")
     ]
+    return sorted(rows, key=lambda r: (r["topic"], int(r["partition"])))
+
+
+def _pipeline(now: Snapshot) -> dict[str, float]:
+    """Whole-worker gauges and dead letters by reason."""
+    out = {
+        name.removeprefix("inferlane_"): sum(s.value for s in now.named(name))
+        for name in (
+            "inferlane_queued_requests", "inferlane_in_flight_requests",
+            "inferlane_paused_partitions", "inferlane_assigned_partitions",
+        )
+    }  # fmt: skip
+    for reason, n in sorted(now.total("inferlane_dead_letters_total", "reason").items()):
+        out[f"dead letters: {reason}"] = n
+    return out
 
 
 def _family_rows(now: Snapshot, wanted: Any) -> list[dict[str, Any]]:
