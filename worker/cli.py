@@ -15,7 +15,7 @@ from rich.console import Console
 
 from worker.broker import EmbeddedBroker
 from worker.config import WorkerSettings
-from worker.ops.cli import HttpHost, HttpPort, LogFormatOption, MetricsPort
+from worker.ops.cli import HttpHost, HttpPort, LogFormatOption, MetricsPort, publish_demo
 
 app = typer.Typer(help="Kafka-driven inference worker.", no_args_is_help=True)
 console = Console()
@@ -184,3 +184,6 @@ def demo(
         items = workload(digits, diabetes, minilm, resolved)
         report = asyncio.run(run_demo(resolved, registry, items, console))
     render(report, console)
+
+
+app.command("publish-demo")(publish_demo)

@@ -1,4 +1,4 @@
-"""``inferlane run`` options of the ops surface: HTTP port and host, log format."""
+"""Ops options of ``inferlane run`` (HTTP port and host, log format) and ``publish-demo``."""
 
 from __future__ import annotations
 
@@ -24,3 +24,18 @@ MetricsPort = Annotated[int | None, typer.Option(hidden=True, help="Old name of 
 LogFormatOption = Annotated[
     LogFormat, typer.Option(help="text, or json: one object per line with request ids and codes.")
 ]
+
+
+def publish_demo(
+    bootstrap: Annotated[
+        str, typer.Option("--bootstrap", "-b", envvar="INFERLANE_BOOTSTRAP", help="Kafka.")
+    ],
+    digits: Annotated[int, typer.Option(help="digits requests.")] = 6000,
+    diabetes: Annotated[int, typer.Option(help="diabetes requests.")] = 1000,
+    minilm: Annotated[int, typer.Option(help="minilm requests.")] = 600,
+) -> None:
+    """Publish the demo's labelled workload (and its bad records) to a running cluster."""
+    from worker.ops.demo_load import publish_demo as publish
+
+    sent = publish(bootstrap, digits=digits, diabetes=diabetes, minilm=minilm)
+    typer.echo(f"published {sent} demo records")
