@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from consumers.contract import Priority, Status
 from worker.pending import Batch, Outcome
 
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -51,10 +52,10 @@ class ChunkHistogram(Collector):
         self._series: dict[tuple[str, ...], tuple[np.ndarray, list[float]]] = {}
         self._lock = threading.Lock()  # scrapes read from another thread
 
-    def observe_many(self, labels: tuple[str, ...], values: Sequence[float]) -> None:
-        if not values:
-            return
+    def observe_many(self, labels: tuple[str, ...], values: Sequence[float] | np.ndarray) -> None:
         data = np.asarray(values, dtype=np.float64)
+        if not data.size:
+            return
         # Bucket i holds bounds[i-1] < v <= bounds[i]; the last one is +Inf.
         counts = np.bincount(
             np.searchsorted(self._bounds, data, side="left"), minlength=len(self._bounds) + 1
@@ -156,47 +157,50 @@ class WorkerMetrics:
         self.batches.labels(batch.model).inc()
 
     def delivered(self, outcomes: Sequence[Outcome]) -> None:
-        """A durable chunk: tally per label set first, then one update each."""
+        """A durable chunk: one tuple per record, then numpy and one update per label set."""
         now = time.monotonic()
         errors_before = self.errors_seen
-        statuses: Tally[tuple[str, str, str]] = Tally()
+        statuses: Tally[tuple[Priority, str, Status]] = Tally()
         codes: Tally[str] = Tally()
-        busy: dict[str, float] = {}
-        series: dict[tuple[str, str], tuple[list[float], list[float], list[float], list[float]]]
-        series = {}
+        # (received_s, queue_ms, compute_ms, total_ms, batch_size) per (lane, model)
+        rows: dict[tuple[Priority, str], list[tuple[float, float, float, float, int]]] = {}
         for o in outcomes:
             r = o.result
             if r is not None:
-                key = (r.priority.value, r.model)
-                statuses[(*key, r.status.value)] += 1
-                s = series.get(key)
-                if s is None:
-                    s = series[key] = ([], [], [], [])
+                statuses[(r.priority, r.model, r.status)] += 1
                 ms = r.latency_ms
-                end_to_end = now - o.record.received_s
-                s[0].append(end_to_end)
-                s[1].append(ms.queue / 1000)
-                s[2].append(ms.compute / 1000)
-                s[3].append(max(0.0, end_to_end - ms.total / 1000))
-                if r.batch_size:  # each item carries its share of the batch's pass
-                    busy[r.model] = busy.get(r.model, 0.0) + ms.compute / 1000 / r.batch_size
+                row = (o.record.received_s, ms.queue, ms.compute, ms.total, r.batch_size)
+                key = (r.priority, r.model)
+                if key in rows:
+                    rows[key].append(row)
+                else:
+                    rows[key] = [row]
                 if r.error is not None:
                     self._note(r.request_id, r.model, r.error.code, r.status.value)
             if o.dead_letter is not None:
                 codes[o.dead_letter.code] += 1
                 if r is None:
                     self._note(None, None, o.dead_letter.code, "dead_letter")
-        for key, (e2e, queue, compute, publish) in series.items():
-            self.latency.observe_many(key, e2e)
-            self.queue_latency.observe_many(key, queue)
-            self.compute_latency.observe_many(key, compute)
-            self.publish_latency.observe_many(key, publish)
+        busy: dict[str, float] = {}
+        for (lane, model), chunk in rows.items():
+            a = np.asarray(chunk, dtype=np.float64)
+            labels = (lane.value, model)
+            end_to_end = now - a[:, 0]
+            compute = a[:, 2] / 1000
+            self.latency.observe_many(labels, end_to_end)
+            self.queue_latency.observe_many(labels, a[:, 1] / 1000)
+            self.compute_latency.observe_many(labels, compute)
+            self.publish_latency.observe_many(labels, np.maximum(end_to_end - a[:, 3] / 1000, 0))
+            # Each item of a batch carries its share of the batch's forward pass.
+            sizes = a[:, 4]
+            shares = np.divide(compute, sizes, out=np.zeros_like(compute), where=sizes > 0)
+            busy[model] = busy.get(model, 0.0) + float(shares.sum())
         if self.errors_seen > errors_before:
             self._log_errors(self.errors_seen - errors_before)
         for model, seconds in busy.items():
             self.compute_busy.labels(model).inc(seconds)
-        for labels, n in statuses.items():
-            self.results.labels(*labels).inc(n)
+        for (lane, model, status), n in statuses.items():
+            self.results.labels(lane.value, model, status.value).inc(n)
         for code, n in codes.items():
             self.dead_letters.labels(code).inc(n)
 
