@@ -109,6 +109,7 @@ async def test_endpoints_report_the_pipeline_under_load(
     assert all(samples[k] == 0 for k in lag)  # everything served: nothing behind
     assert samples[("inferlane_process_resident_memory_bytes", ())] > 50 * 2**20
     assert samples[("inferlane_ready", ())] == 1
+    assert samples[("inferlane_in_flight_bytes", ())] == 0  # all durable
     assert not any(k[0].startswith("inferlane_gpu_") for k in samples)  # no NVML here
 
     # The status page's data moved while the backlog was served.

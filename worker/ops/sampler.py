@@ -30,6 +30,9 @@ class LiveGauges:
             "inferlane_batch_cap_requests", "Largest batch allowed now, per model", ["model"],
             registry=r,
         )  # fmt: skip
+        self.in_flight_bytes = Gauge(
+            "inferlane_in_flight_bytes", "Bytes of consumed records not yet durable", registry=r
+        )
         self.paused = Gauge(
             "inferlane_paused_partitions", "Partitions paused by backpressure", registry=r
         )
@@ -68,6 +71,7 @@ class LiveGauges:
             self.lane_depth.labels(lane).set(depth)
         for model, cap in view.batch_caps().items():
             self.batch_cap.labels(model).set(cap)
+        self.in_flight_bytes.set(view.in_flight_bytes())
         self.paused.set(len(view.paused_partitions()))
         self.assigned.set(len(view.assignment))
         self.ready.set(1 if readiness.ready else 0)

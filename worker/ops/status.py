@@ -27,7 +27,8 @@ _SHOWN = (
     "inferlane_lane_depth_requests", "inferlane_batch_cap_requests", "inferlane_process",
     "inferlane_records_consumed", "inferlane_batches", "inferlane_ready",
     "inferlane_consumer_lag_records", "inferlane_dead_letters", "inferlane_queued_requests",
-    "inferlane_in_flight_requests", "inferlane_paused_partitions", "inferlane_assigned_partitions",
+    "inferlane_in_flight_requests", "inferlane_in_flight_bytes", "inferlane_paused_partitions",
+    "inferlane_assigned_partitions",
 )  # fmt: skip
 _MAX_OTHER = 60
 _LANE_RANK = {"high": 0, "normal": 1, "low": 2}
@@ -160,7 +161,8 @@ def _pipeline(now: Snapshot) -> dict[str, float]:
         name.removeprefix("inferlane_"): sum(s.value for s in now.named(name))
         for name in (
             "inferlane_queued_requests", "inferlane_in_flight_requests",
-            "inferlane_paused_partitions", "inferlane_assigned_partitions",
+            "inferlane_in_flight_bytes", "inferlane_paused_partitions",
+            "inferlane_assigned_partitions",
         )
     }  # fmt: skip
     for reason, n in sorted(now.total("inferlane_dead_letters_total", "reason").items()):
