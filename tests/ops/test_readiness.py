@@ -54,14 +54,15 @@ def json_logs() -> Iterator[io.StringIO]:
     root.setLevel(level)
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # emptied afterwards
 async def test_readiness_flips_with_the_database_and_logs_stay_clean(
     broker: EmbeddedBroker,
-    pg_database: str,
+    db_url: str,
     demo_registry: ModelRegistry,
     json_logs: io.StringIO,
 ) -> None:
-    proxy = await CuttableProxy("127.0.0.1", make_url(pg_database).port or 5432).start()
-    url = make_url(pg_database).set(port=proxy.port, password=PASSWORD)
+    proxy = await CuttableProxy("127.0.0.1", make_url(db_url).port or 5432).start()
+    url = make_url(db_url).set(port=proxy.port, password=PASSWORD)
     port = free_port()
     settings = settings_for(
         broker.bootstrap, url.render_as_string(hide_password=False), ops=OpsConfig(http_port=port)
@@ -73,7 +74,7 @@ async def test_readiness_flips_with_the_database_and_logs_stay_clean(
 
     good = [r.model_copy(update={"metadata": {"note": MARKER}}) for r in digits_requests(50)]
     bad = b'{"request_id": "bad-pg", "model": "digits", "inputs": "%s"}' % MARKER.encode()
-    engine = make_engine(pg_database)
+    engine = make_engine(db_url)
     try:
         async with Worker(settings, demo_registry):
             await until(lambda: ready_is(True), what="ready with the database up")
