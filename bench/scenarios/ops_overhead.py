@@ -12,20 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import socket
 import urllib.request
 
 from bench.scenarios import throughput
 from bench.scenarios.common import Context, Measured
+from worker.broker import free_port
 
 MODEL = "digits"
 SCRAPE_PATHS = ("/metrics", "/status.json")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> None:
@@ -45,7 +39,7 @@ async def _scrape(port: int, stop: asyncio.Event) -> int:
 
 
 async def _one(ctx: Context, on: bool) -> Measured:
-    port = _free_port() if on else 0
+    port = free_port() if on else 0
     run_ctx = dataclasses.replace(ctx, worker_args=(*ctx.worker_args, "--http-port", str(port)))
     if not on:
         return await throughput.measure(run_ctx, MODEL, "inferlane")

@@ -6,19 +6,12 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
 
 import pytest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def get(url: str, timeout_s: float = 10.0) -> tuple[int, bytes]:

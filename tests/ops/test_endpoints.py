@@ -11,13 +11,13 @@ from e2e.support import settings_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumers.client import InferlaneClient
-from worker.broker import EmbeddedBroker
+from worker.broker import EmbeddedBroker, free_port
 from worker.config import OpsConfig
 from worker.models import ModelRegistry
 from worker.service import Worker
 from worker.workload import digits_requests
 
-from .support import aget, free_port, until
+from .support import aget, until
 
 N = 3000
 BAD = 7

@@ -15,13 +15,13 @@ import orjson
 from e2e.support import settings_for
 
 from consumers.client import InferlaneClient
-from worker.broker import EmbeddedBroker, terminate
+from worker.broker import EmbeddedBroker, free_port, terminate
 from worker.config import OpsConfig
 from worker.models import ModelRegistry
 from worker.service import Worker
 from worker.workload import digits_requests
 
-from .support import aget, free_port, require_binary, until
+from .support import aget, require_binary, until
 
 COMPOSE = Path(__file__).parents[2] / "compose"
 DASHBOARD = COMPOSE / "grafana" / "dashboards" / "inferlane.json"

@@ -15,7 +15,7 @@ from sqlalchemy import make_url
 
 from consumers.client import InferlaneClient
 from storage import make_engine
-from worker.broker import EmbeddedBroker
+from worker.broker import EmbeddedBroker, free_port
 from worker.config import OpsConfig
 from worker.models import ModelRegistry
 from worker.ops.logs import JsonFormatter
@@ -23,7 +23,7 @@ from worker.ops.readiness import Facts, decide
 from worker.service import Worker
 from worker.workload import digits_requests
 
-from .support import CuttableProxy, aget, free_port, until
+from .support import CuttableProxy, aget, until
 
 PASSWORD = "pw-Secret-4711"  # trust auth accepts any password; the logs must not show it
 MARKER = "PAYLOAD-MARKER-93c1"

@@ -14,13 +14,13 @@ from e2e.support import settings_for
 from matplotlib import image
 
 from consumers.client import InferlaneClient
-from worker.broker import EmbeddedBroker
+from worker.broker import EmbeddedBroker, free_port
 from worker.config import OpsConfig
 from worker.models import ModelRegistry
 from worker.service import Worker
 from worker.workload import digits_requests
 
-from .support import aget, free_port, require_binary, until
+from .support import aget, require_binary, until
 
 WINDOW = (1280, 1000)
 
