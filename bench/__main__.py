@@ -17,10 +17,10 @@ from rich.console import Console
 
 from bench import report
 from bench.plan import FULL, PLANS, Plan
-from bench.scenarios import ceiling, low_load, priority, soak, throughput
+from bench.scenarios import ceiling, low_load, ops_overhead, priority, soak, throughput
 from bench.scenarios.common import Context, Measured
 
-SCENARIOS = ("ceiling", "naive", "threadpool", "inferlane", "priority", "low_load", "soak")
+SCENARIOS = ("ceiling", "naive", "threadpool", "inferlane", "priority", "low_load", "soak", "ops")
 console = Console()
 
 
@@ -105,6 +105,8 @@ def run(ctx: Context, only: set[str]) -> tuple[dict[str, dict[str, Any]], list[M
         steps.append(("low load", _adder(measured, low_load.run, ctx)))
     if "soak" in only:
         steps.append(("soak", _adder(measured, soak.run, ctx)))
+    if "ops" in only:
+        steps.append(("ops overhead", _adder(measured, ops_overhead.run, ctx)))
     for i, (name, step) in enumerate(steps, 1):
         started = time.monotonic()
         with console.status(f"[{i}/{len(steps)}] {name}"):

@@ -59,6 +59,7 @@ def ratios(scenarios: dict[str, Any]) -> dict[str, dict[str, float | None]]:
             "inferlane_over_naive": _div(mine, rps.get("naive")),
             "inferlane_over_threadpool": _div(mine, rps.get("threadpool")),
             "threadpool_over_naive": _div(rps.get("threadpool"), rps.get("naive")),
+            "ops_on_over_off": _div(rps.get("inferlane-ops-on"), rps.get("inferlane-ops-off")),
         }
     prio = scenarios["priority"]
     lanes, fifo = prio.get("inferlane-lanes"), prio.get("inferlane-single-lane")

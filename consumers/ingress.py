@@ -98,6 +98,25 @@ class Ingress:
     def assignment(self) -> set[TopicPartitionKey]:
         return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
 
+    def paused(self) -> set[TopicPartitionKey]:
+        return {(tp.topic, tp.partition) for tp in self._consumer.paused()}
+
+    async def lag(self) -> dict[TopicPartitionKey, int]:
+        """Records behind the high watermark of each partition's last fetch.
+
+        Partitions not fetched yet are left out. On the embedded broker (Tansu) the fetch
+        watermark is right while ListOffsets is not (it counts batches), so this is the
+        only lag to trust there, and it is as old as the last fetch.
+        """
+        lag = {}
+        for tp in self._consumer.assignment():
+            highwater = self._consumer.highwater(tp)
+            if highwater is None:
+                continue
+            position = await self._consumer.position(tp)  # valid once fetched: no wait
+            lag[(tp.topic, tp.partition)] = max(0, highwater - position)
+        return lag
+
     async def committed(self, tp: TopicPartitionKey) -> int | None:
         result = await self._consumer.committed(TopicPartition(*tp))
         return None if result is None else int(result)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import signal
 from pathlib import Path
@@ -17,6 +16,7 @@ from rich.console import Console
 from worker.broker import EmbeddedBroker
 from worker.config import WorkerSettings
 from worker.models.cli import app as models_app
+from worker.ops.cli import HttpHost, HttpPort, LogFormatOption, MetricsPort, publish_demo
 
 app = typer.Typer(help="Kafka-driven inference worker.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
@@ -55,6 +55,9 @@ def _settings(**flags: Any) -> WorkerSettings:
         nested.setdefault("kafka", {})["group_id"] = given.pop("group_id")
     if "partitions" in given:
         nested.setdefault("topics", {})["partitions"] = given.pop("partitions")
+    for key in ("http_port", "http_host"):
+        if key in given:
+            nested.setdefault("ops", {})[key] = given.pop(key)
     base = WorkerSettings(**given)
     updates = {
         name: getattr(base, name).model_copy(update=values) for name, values in nested.items()
@@ -75,18 +78,19 @@ def run(
     partitions: Annotated[int | None, typer.Option(help="Partitions of topics we create.")] = None,
     single_lane: Annotated[bool, typer.Option(help="One FIFO lane (a baseline).")] = False,
     torch_threads: Annotated[int | None, typer.Option(help="torch intra-op threads.")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics here.")] = None,
+    http_port: HttpPort = None,
+    http_host: HttpHost = None,
+    metrics_port: MetricsPort = None,
+    log_format: LogFormatOption = "text",
 ) -> None:
-    """Serve requests from the lane topics until Ctrl-C; results to Kafka and SQL."""
-    from prometheus_client import start_http_server
+    """Serve requests from the lane topics until Ctrl-C; results to Kafka and SQL.
 
-    from worker.metrics import WorkerMetrics
+    HTTP on port 9400 by default: /metrics, /healthz, /readyz and a status page at /."""
+    from worker.ops.logs import configure, scrub
     from worker.serve import load_registry, serve, tune_process, with_broker
 
     _terminate_like_ctrl_c()
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure(log_format)
     settings = _settings(
         bootstrap=bootstrap,
         database_url=database,
@@ -97,18 +101,17 @@ def run(
         partitions=partitions,
         single_lane=single_lane,
         torch_threads=torch_threads,
+        http_port=http_port if http_port is not None else metrics_port,
+        http_host=http_host,
     )
     tune_process(settings)
     registry = load_registry(settings.models)
-    metrics = WorkerMetrics()
-    if metrics_port is not None:
-        start_http_server(metrics_port, registry=metrics.registry)
     with contextlib.suppress(KeyboardInterrupt), with_broker(settings) as resolved:
         console.print(
             f"inferlane serving {', '.join(registry.names())} from [bold]{resolved.bootstrap}[/] "
-            f"into {resolved.database_url}"
+            f"into {scrub(resolved.database_url)}"
         )
-        asyncio.run(serve(resolved, registry, metrics=metrics))
+        asyncio.run(serve(resolved, registry))
 
 
 @app.command()
@@ -183,3 +186,6 @@ def demo(
         items = workload(digits, diabetes, minilm, resolved)
         report = asyncio.run(run_demo(resolved, registry, items, console))
     render(report, console)
+
+
+app.command("publish-demo")(publish_demo)

@@ -106,6 +106,14 @@ class ModelStoreConfig(_Frozen):
     def backoff_s(self, attempts: int) -> float:
         """Wait before retry number ``attempts`` (1, 2, ...): doubling, capped."""
         return min(self.retry_backoff_max_s, self.retry_backoff_s * 2 ** (attempts - 1))
+class OpsConfig(_Frozen):
+    """The worker's HTTP surface: /metrics, /healthz, /readyz and the status page."""
+
+    http_port: int = Field(default=9400, ge=0, le=65535)  # 0: no HTTP surface
+    http_host: str = "127.0.0.1"
+    # /readyz fails while any partition's lag is above this many records.
+    ready_max_lag: int = Field(default=100_000, ge=1)
+    db_probe_timeout_s: float = Field(default=2.0, gt=0)
 
 
 class WorkerSettings(BaseSettings):
@@ -125,6 +133,7 @@ class WorkerSettings(BaseSettings):
     lanes: LaneConfig = LaneConfig()
     sink: SinkConfig = SinkConfig()
     model_store: ModelStoreConfig = ModelStoreConfig()
+    ops: OpsConfig = OpsConfig()
 
     @model_validator(mode="after")
     def _distinct_topics(self) -> WorkerSettings:

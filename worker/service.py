@@ -36,6 +36,7 @@ from worker.inflight import InFlight
 from worker.lanes import Lanes
 from worker.metrics import WorkerMetrics
 from worker.models import ModelRegistry
+from worker.ops.http import OpsServer
 from worker.outcomes import completed, expired
 from worker.pending import Batch, Outcome
 from worker.sink import Sink
@@ -117,16 +118,20 @@ class Worker:
         self._tasks: list[asyncio.Task[None]] = []
         self._failed: asyncio.Future[None] | None = None  # a stage's bug, raised by wait()
         self._writing: asyncio.Future[None] | None = None  # the SQL write under way
+        self._models_warm = False
+        self._ops = OpsServer(self, self.metrics, settings.ops)
 
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
         s = self.settings
         assert s.bootstrap is not None
+        await self._ops.start()  # first: /healthz and /readyz answer during the warm-up
         self._store = await asyncio.to_thread(ResultStore, s.database_url)
         self._registry.watch()
         # Load every model before joining the group, so the first requests pay no load time.
         await asyncio.to_thread(self._warm_up)
+        self._models_warm = True
         # What exists now (modules, weights, libraries) lives as long as the process: keep
         # it out of the cyclic collector's full passes, which the request churn triggers.
         gc.freeze()
@@ -156,6 +161,31 @@ class Worker:
     def assignment(self) -> set[TopicPartitionKey]:
         """The partitions this worker consumes now (empty before the group join)."""
         return self._ingress.assignment()
+
+    # -- read-only views for the ops HTTP surface (worker.ops.view.WorkerView) ---------
+
+    @property
+    def models_warm(self) -> bool:
+        return self._models_warm
+
+    @property
+    def store(self) -> ResultStore | None:
+        return self._store
+
+    def lane_depths(self) -> dict[str, int]:
+        return {lane.priority.value: len(lane) for lane in self._lanes}
+
+    def batch_caps(self) -> dict[str, int]:
+        return {model: self._batch_limit(model) for model in self._registry.names()}
+
+    def in_flight_bytes(self) -> int:
+        return self._in_flight.bytes
+
+    def paused_partitions(self) -> set[TopicPartitionKey]:
+        return self._ingress.paused()
+
+    async def consumer_lag(self) -> dict[TopicPartitionKey, int]:
+        return await self._ingress.lag()
 
     def _warm_up(self) -> None:
         for name in self._registry.names():
@@ -193,6 +223,7 @@ class Worker:
         await _bounded(deadline, "the model store", asyncio.to_thread(self._registry.close))
         if self._store is not None:
             await _bounded(deadline, "the database", asyncio.to_thread(self._store.close))
+        await self._ops.stop()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then drain and shut down."""

@@ -1,0 +1,31 @@
+"""What the HTTP surface reads from a running worker: a narrow, read-only interface."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from consumers.offsets import TopicPartitionKey
+from storage import ResultStore
+
+
+class WorkerView(Protocol):
+    """Implemented by ``worker.service.Worker``; all reads, cheap, on the event loop."""
+
+    @property
+    def assignment(self) -> set[TopicPartitionKey]: ...
+
+    @property
+    def models_warm(self) -> bool: ...
+
+    @property
+    def store(self) -> ResultStore | None: ...
+
+    def lane_depths(self) -> dict[str, int]: ...
+
+    def batch_caps(self) -> dict[str, int]: ...
+
+    def in_flight_bytes(self) -> int: ...
+
+    def paused_partitions(self) -> set[TopicPartitionKey]: ...
+
+    async def consumer_lag(self) -> dict[TopicPartitionKey, int]: ...
