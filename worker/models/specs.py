@@ -22,6 +22,7 @@ from worker.models.adapters import (
     RegressorAdapter,
     TextEmbeddingAdapter,
 )
+from worker.scheduling.params import ControllerParams
 
 
 def _resolve(path: Path, info: ValidationInfo) -> Path:
@@ -81,6 +82,7 @@ class ModelSpec(_Config):
     factory: Annotated[str, Field(pattern=r"^[\w.]+:\w+$")] | None = None
     adapter: AdapterConfig
     max_batch: Annotated[int, Field(ge=1)] = 256
+    scheduling: ControllerParams = ControllerParams()  # batch controller (docs/SCHEDULING.md)
 
     @model_validator(mode="after")
     def _factory_iff_factory_format(self) -> ModelSpec:
