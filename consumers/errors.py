@@ -46,5 +46,17 @@ class ModelFailed(InferlaneError):
     code = "model_error"
 
 
+class NonFiniteOutput(InferlaneError):
+    """The model returned NaN or Infinity for this request."""
+
+    code = "non_finite_output"
+
+
+class ReplyToNotAllowed(InferlaneError):
+    """``reply_to`` names a topic outside the configured allow-list."""
+
+    code = "reply_to_not_allowed"
+
+
 class Expired(InferlaneError):
     code = "expired"

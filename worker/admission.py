@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from consumers.contract import InferenceRequest, Priority
 from consumers.decode import DecodeFailure, decode
-from consumers.errors import InferlaneError
+from consumers.errors import InferlaneError, ReplyToNotAllowed
 from consumers.records import RawRecord
 from worker.models import Adapter
 from worker.outcomes import rejected
@@ -37,11 +37,13 @@ class Admission:
         adapter_for: Callable[[str], Adapter],
         lane_of_topic: dict[str, Priority],
         max_bytes: int,
+        reply_to_allowed: Callable[[str], bool],
         lane_timeouts_ms: Mapping[Priority, int | None] | None = None,
     ) -> None:
         self._adapter_for = adapter_for  # raises UnknownModel
         self._lane_of_topic = lane_of_topic
         self._max_bytes = max_bytes
+        self._reply_to_allowed = reply_to_allowed
         self._lane_timeouts_ms = dict(lane_timeouts_ms or {})
 
     def admit(self, records: Sequence[RawRecord]) -> Admitted:
@@ -68,6 +70,10 @@ class Admission:
         lane: Priority,
         wall_minus_mono_ms: float,
     ) -> Pending:
+        if request.reply_to is not None and not self._reply_to_allowed(request.reply_to):
+            raise ReplyToNotAllowed(
+                f"reply_to {request.reply_to!r} is not an allowed results topic"
+            )
         adapter = self._adapter_for(request.model)
         item = adapter.prepare(request.inputs)
         return Pending(

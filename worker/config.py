@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -22,9 +23,14 @@ class TopicConfig(_Frozen):
     results: str = "inferlane.results"
     dead_letters: str = "inferlane.requests.dlq"
     partitions: int = Field(default=3, ge=1)  # for topics the worker creates
+    # Topics a request's ``reply_to`` may name, besides ``results`` (a full match).
+    reply_to_pattern: str = r"inferlane\.results\..+"
 
     def lane_topics(self) -> dict[str, Priority]:
         return {self.high: Priority.HIGH, self.normal: Priority.NORMAL, self.low: Priority.LOW}
+
+    def reply_to_allowed(self, topic: str) -> bool:
+        return topic == self.results or re.fullmatch(self.reply_to_pattern, topic) is not None
 
 
 class KafkaConfig(_Frozen):

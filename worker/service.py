@@ -86,6 +86,7 @@ class Worker:
             adapter_for=registry.adapter,
             lane_of_topic=self._lane_of_topic,
             max_bytes=kafka.max_message_bytes,
+            reply_to_allowed=topics.reply_to_allowed,
             lane_timeouts_ms=settings.scheduling.lane_timeouts_ms(),
         )
         self._ingress = Ingress(

@@ -9,6 +9,7 @@ from pipeline_factories import LANE_OF_TOPIC, LOW_TOPIC, NORMAL_TOPIC, classifie
 
 from consumers.contract import Priority
 from worker.admission import Admission
+from worker.config import TopicConfig
 from worker.models import Adapter
 
 TIMEOUTS = {Priority.HIGH: 100, Priority.NORMAL: None, Priority.LOW: 60_000}
@@ -20,6 +21,7 @@ def admission() -> Admission:
         adapter_for=lambda _: adapter,
         lane_of_topic=LANE_OF_TOPIC,
         max_bytes=10_000,
+        reply_to_allowed=TopicConfig().reply_to_allowed,
         lane_timeouts_ms=TIMEOUTS,
     )
 
