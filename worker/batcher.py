@@ -77,11 +77,15 @@ class Batcher:
         if contended and self._shares is not None:
             self._shares.served(lane.priority)
         model, limit = head.model, self._limit(head.model, lane.priority)
+        # Caps of the lanes below, read before this take empties a higher lane.
+        riders = [(lower, self._limit(model, lower.priority)) for lower in lanes[rank + 1 :]]
         grouped, budget = self._grouped(model), CostBudget(self._max_cost(model))
         items = lane.take(model, limit, group_by_cost=grouped, budget=budget)
-        # Room left: same-model requests from lower lanes ride along for free.
-        for lower in lanes[rank + 1 :]:
-            items += lower.take(model, limit - len(items), group_by_cost=grouped, budget=budget)
+        # Room left: same-model requests from lower lanes ride along for free, within
+        # their own lane's cap (a sliced lane's riders do not lengthen the batch).
+        for lower, cap in riders:
+            room = min(limit, cap) - len(items)
+            items += lower.take(model, room, group_by_cost=grouped, budget=budget)
         return _split_expired(model, items, now_s)
 
 
