@@ -17,10 +17,11 @@ from rich.console import Console
 
 from bench import report
 from bench.plan import FULL, PLANS, Plan
-from bench.scenarios import ceiling, low_load, priority, soak, throughput
+from bench.scenarios import ceiling, low_load, priority, soak, step_load, throughput
 from bench.scenarios.common import Context, Measured
 
-SCENARIOS = ("ceiling", "naive", "threadpool", "inferlane", "priority", "low_load", "soak")
+SCENARIOS = ("ceiling", "naive", "threadpool", "inferlane", "priority", "low_load", "soak",
+             "step_load")  # step_load: opt-in (--only step_load), not in any default set
 console = Console()
 
 
@@ -105,6 +106,8 @@ def run(ctx: Context, only: set[str]) -> tuple[dict[str, dict[str, Any]], list[M
         steps.append(("low load", _adder(measured, low_load.run, ctx)))
     if "soak" in only:
         steps.append(("soak", _adder(measured, soak.run, ctx)))
+    if "step_load" in only:
+        steps.append(("step load", _adder(measured, step_load.run, ctx)))
     for i, (name, step) in enumerate(steps, 1):
         started = time.monotonic()
         with console.status(f"[{i}/{len(steps)}] {name}"):
