@@ -197,11 +197,13 @@ def test_plan_invariants(
     dead = [p for p in items if p.deadline_s is not None and p.deadline_s <= now_s]
     alive = [p for p in items if p not in dead]
     first = next((p.lane for p in sorted(alive, key=lambda p: LANES.index(p.lane))), None)
-    queue_heads: dict[str, Pending] = {}  # FIFO per model: its first item still waiting
-    for p in alive:
-        if p.lane == first:
-            queue_heads.setdefault(p.model, p)
-    head = min(queue_heads.values(), key=lambda p: p.received_s, default=None)
+    # FIFO per model: its first item still waiting; ties on age go to the model that
+    # reached the lane first (expired items included: they made its queue).
+    order = list(dict.fromkeys(p.model for p in items if p.lane == first))
+    queue_heads = [
+        next((p for p in alive if p.lane == first and p.model == m), None) for m in order
+    ]
+    head = min((p for p in queue_heads if p is not None), key=lambda p: p.received_s, default=None)
     ready = head is not None and (
         device_idle
         or now_s >= head.received_s + MAX_WAIT

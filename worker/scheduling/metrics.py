@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from consumers.contract import Priority
 from worker.lanes import Lanes
 from worker.pending import Batch, Pending
 
@@ -46,13 +47,14 @@ class SchedulingMetrics:
         self.depth = Gauge(
             "inferlane_lane_depth", "Requests waiting per lane", ["lane"], registry=r
         )
+        self._depths = {p: self.depth.labels(p.value) for p in Priority}  # label lookups once
 
     def formed(self, batch: Batch, lanes: Lanes) -> None:
         oldest = min(p.received_s for p in batch.items)
         lane = batch.items[0].lane.value
         self.formation.labels(batch.model, lane).observe(max(0.0, batch.formed_s - oldest))
         for each in lanes:
-            self.depth.labels(each.priority.value).set(len(each))
+            self._depths[each.priority].set(len(each))
 
     def count(self, counter: Counter, items: Iterable[Pending]) -> None:
         tally = Tally((p.model, p.lane.value) for p in items)

@@ -43,22 +43,29 @@ class Scheduler:
         self._lanes = lanes
         self._clock = clock
         self._metrics = SchedulingMetrics(metrics)
-        self._controllers = {
-            name: BatchController(
-                registry.spec(name).scheduling,
-                min(max_batch, registry.spec(name).max_batch),
-                policy=config.policy,
-            )
-            for name in registry.names()
-        }
-        self._curves = {name: ThroughputCurve() for name in registry.names()}
+        self._max_batch = max_batch
+        self._controllers: dict[str, BatchController] = {}
+        self._curves: dict[str, ThroughputCurve] = {}
+        for name in registry.names():
+            self._controller(name)
         self._batches: Counter[str] = Counter()  # finished since the last decision
         self._decided_s = clock()
         self._last_seen: dict[Priority, float] = {}  # lane -> last batch dispatched
         self._probe: Probe = BusyWindow(config.busy_window_s)
         self.shares = LaneShares(config.lane_shares(), window=config.share_window)
-        for name, controller in self._controllers.items():
-            self._metrics.cap.labels(name).set(controller.cap)
+
+    def _controller(self, model: str) -> BatchController:
+        """The model's controller; made on first sight for a model added later."""
+        controller = self._controllers.get(model)
+        if controller is None:
+            spec = self._registry.spec(model)
+            controller = BatchController(
+                spec.scheduling, min(self._max_batch, spec.max_batch), policy=self.config.policy
+            )
+            self._controllers[model] = controller
+            self._curves[model] = ThroughputCurve()
+            self._metrics.cap.labels(model).set(controller.cap)
+        return controller
 
     def start(self) -> None:
         """Pick the probe once the models are loaded: NVML if one runs on CUDA."""
@@ -82,7 +89,7 @@ class Scheduler:
     # -- the batcher's questions -------------------------------------------------------
 
     def limit(self, model: str, lane: Priority) -> int:
-        cap = self._controllers[model].cap
+        cap = self._controller(model).cap
         slice_ms = self.config.slice_ms
         if slice_ms is not None and self._higher_lane_active(lane):
             sliced = self._curves[model].slice_size(slice_ms)
@@ -114,6 +121,7 @@ class Scheduler:
 
     def finished(self, batch: Batch, run: BatchRun) -> None:
         ended = run.started_s + run.compute_s
+        self._controller(batch.model)
         self._probe.ran(run.started_s, ended)
         self._curves[batch.model].record(len(batch), run.compute_s, ended)
         self._batches[batch.model] += 1
