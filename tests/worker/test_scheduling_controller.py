@@ -138,3 +138,14 @@ def test_step_load_settles_after_each_step() -> None:
     second_saturation = caps[-120:]
     assert cv(second_saturation) < 0.10
     assert caps[160 * 2 : 160 * 2 + 160] == [caps[160 * 2]] * 160  # idle holds the cap
+
+
+def slow(size: int) -> float:
+    return 0.5 + 0.01 * size  # even a batch of one takes 500 ms
+
+
+def test_an_unattainable_latency_target_does_not_walk_the_cap_down() -> None:
+    controller = make(latency_target_ms=200)
+    trace = simulate(controller, slow, arrival_rps=100_000, ticks=400)
+    assert trace.reasons.count("latency") <= 2  # until two sizes show the floor
+    assert trace.caps[-1] >= START_CAP  # throughput decides: bigger batches, more items/s

@@ -59,3 +59,9 @@ def test_without_cuda_or_nvml_the_cpu_probe_serves_without_error() -> None:
         assert probe.utilization(0.0) is None or 0.0 <= probe.utilization(0.0) <= 1.0  # type: ignore[operator]
     finally:
         probe.close()
+
+
+def test_floor_is_the_expected_tail_of_a_batch_of_one() -> None:
+    assert measured({8: 0.010}).floor_ms() is None  # one size: no line yet
+    assert measured({8: 0.010, 16: 0.018}).floor_ms() == pytest.approx(3.0)
+    assert measured({8: 0.010, 16: 0.009}).floor_ms() == pytest.approx(9.5)  # no slope < 0

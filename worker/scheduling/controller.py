@@ -5,7 +5,8 @@ The practitioners' rule (utilization below ``min_util`` → cap +``step_up``; ab
 definition, so "busy → shrink" walks the cap down to 1 and throughput collapses.
 The adaptive policy keeps the rule where it is right and replaces it where it is not:
 
-- latency guard first: a cap whose forward passes exceed ``latency_target_ms`` shrinks;
+- latency guard first: a cap whose forward passes exceed ``latency_target_ms`` shrinks
+  (unless the measured curve says no size can meet it: then throughput decides);
 - backlog (a full batch is waiting) with a busy device: climb the measured throughput
   curve, exploring the unmeasured neighbour sizes, and settle on the size with the most
   items/s that meets the latency target (moves only for a gain above ``HYSTERESIS``);
@@ -18,6 +19,7 @@ The adaptive policy keeps the rule where it is right and replaces it where it is
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -90,7 +92,7 @@ class BatchController:
     # -- adaptive ----------------------------------------------------------------------
 
     def _adaptive(self, obs: Observation, curve: ThroughputCurve) -> Decision:
-        cap, target = self._cap, self.params.latency_target_ms
+        cap, target = self._cap, self._target_ms(curve)
         tail = curve.tail_ms(cap)
         if tail is not None and tail > target:
             return Decision(self._down(cap), "latency")
@@ -108,7 +110,7 @@ class BatchController:
         """Hill-climb on the measured curve: go to the best size when it beats the cap by
         more than the hysteresis; from a size that is (near) the best, measure the
         neighbours not measured lately, so the curve follows a drifting optimum."""
-        cap, target = self._cap, self.params.latency_target_ms
+        cap, target = self._cap, self._target_ms(curve)
         current = curve.rate(cap)
         if current is None:
             return Decision(cap, "measuring")
@@ -123,6 +125,14 @@ class BatchController:
                 return Decision(neighbour, "explore")
         return Decision(cap, "converged")
 
+    def _target_ms(self, curve: ThroughputCurve) -> float:
+        """The latency target, or none (infinity) when no batch size can meet it: a
+        batch of one is expected to take longer. Shrinking would then cost throughput
+        and buy no latency: the collapse again, by another road."""
+        floor = curve.floor_ms()
+        target = self.params.latency_target_ms
+        return math.inf if floor is not None and floor > target else target
+
     def _fits(self, curve: ThroughputCurve, size: int) -> bool:
         """Whether ``size`` is expected to meet the latency target: its own tail when
         measured, else the current cap's tail scaled by size (an upper estimate)."""
@@ -132,4 +142,4 @@ class BatchController:
             if base is None:
                 return True
             tail = base * size / self._cap
-        return tail <= self.params.latency_target_ms
+        return tail <= self._target_ms(curve)

@@ -64,6 +64,24 @@ class ThroughputCurve:
         stats = self._known(size)
         return None if stats is None else 1000 * stats.quantile_s(0.95)
 
+    def floor_ms(self) -> float | None:
+        """The tail a batch of one is expected to take: the intercept of a least-squares
+        line through the measured sizes' tails (time per item clamped at >= 0). None:
+        fewer than two sizes measured."""
+        points = [
+            (size, 1000 * stats.quantile_s(0.95))
+            for size, stats in self._sizes.items()
+            if len(stats.compute_s) >= MIN_SAMPLES
+        ]
+        if len(points) < 2:
+            return None
+        mean_x = sum(x for x, _ in points) / len(points)
+        mean_y = sum(y for _, y in points) / len(points)
+        var_x = sum((x - mean_x) ** 2 for x, _ in points)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / var_x if var_x else 0.0
+        slope = max(0.0, slope)
+        return mean_y - slope * (mean_x - 1)
+
     def best(self, *, target_ms: float, max_size: int) -> int | None:
         """The measured size with the most items/s whose tail meets the target."""
         fits = [
