@@ -58,5 +58,17 @@ class ReplyToNotAllowed(InferlaneError):
     code = "reply_to_not_allowed"
 
 
+class ReplyToRefused(InferlaneError):
+    """The broker refused the result on the request's ``reply_to`` topic for good."""
+
+    code = "reply_to_refused"
+
+
+class ResultTooLarge(InferlaneError):
+    """The result is larger than a Kafka record may be; its Kafka copy drops its payload."""
+
+    code = "result_too_large"
+
+
 class Expired(InferlaneError):
     code = "expired"
