@@ -20,7 +20,7 @@ from worker.executor import BatchRun
 from worker.lanes import LANE_ORDER, Lanes
 from worker.models import ModelRegistry
 from worker.pending import Batch, Pending
-from worker.scheduling.controller import BatchController, Decision, Observation
+from worker.scheduling.controller import BatchController, Observation
 from worker.scheduling.curve import ThroughputCurve
 from worker.scheduling.metrics import SchedulingMetrics
 from worker.scheduling.probes import BusyWindow, Probe, open_probe
@@ -134,16 +134,14 @@ class Scheduler:
     def expired(self, items: Iterable[Pending]) -> None:
         self._metrics.count(self._metrics.expired, items)
 
-    def decide(self, now_s: float) -> dict[str, Decision]:
-        """One controller decision per model; returns them (the bench logs the caps)."""
+    def decide(self, now_s: float) -> None:
+        """One controller decision per model, on what the probe and the lanes say now."""
         self._decided_s = now_s
         utilization = self._probe.utilization(now_s)
-        decisions = {}
         for name, controller in self._controllers.items():
             obs = Observation(now_s, utilization, self._lanes.count(name), self._batches[name])
-            decisions[name] = controller.decide(obs, self._curves[name])
-            self._metrics.cap.labels(name).set(decisions[name].cap)
+            decision = controller.decide(obs, self._curves[name])
+            self._metrics.cap.labels(name).set(decision.cap)
             if utilization is not None:
                 self._metrics.utilization.labels(name).set(utilization)
         self._batches.clear()
-        return decisions
