@@ -43,6 +43,8 @@ def scenarios_json(
             out["low_load"][m.model] = entry
         elif m.scenario == "soak":
             out["soak"] = entry
+        elif m.scenario == "step_load":
+            out.setdefault("step_load", {}).setdefault(m.model, {})[m.system] = entry
     return out
 
 

@@ -84,7 +84,7 @@ class Ingress:
                 batches.setdefault(tp, []).extend(messages)
         now = time.monotonic()
         return [
-            RawRecord(SourceRef(m.topic, m.partition, m.offset), m.key, m.value, now)
+            RawRecord(SourceRef(m.topic, m.partition, m.offset), m.key, m.value, now, m.timestamp)
             for messages in batches.values()
             for m in messages
         ]

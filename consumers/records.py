@@ -23,6 +23,7 @@ class RawRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     received_s: float  # time.monotonic() at receipt
+    timestamp_ms: int | None = None  # the record's Kafka timestamp (epoch ms), if any
 
     def __repr__(self) -> str:  # payloads stay out of logs
         size = -1 if self.value is None else len(self.value)

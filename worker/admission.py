@@ -2,12 +2,17 @@
 
 Runs off the event loop, one fetched chunk per call: decode, find the model's
 adapter, prepare inputs, fix the deadline. Every record yields exactly one of the two.
+
+A relative timeout (the request's ``timeout_ms``, else its lane's default) counts from
+the record's Kafka timestamp, when it was produced, so a replay after a restart gives
+no fresh timeout; a timestamp ahead of receipt (a producer's clock running fast) or
+absent counts from receipt.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from consumers.contract import InferenceRequest, Priority
@@ -33,11 +38,13 @@ class Admission:
         lane_of_topic: dict[str, Priority],
         max_bytes: int,
         reply_to_allowed: Callable[[str], bool],
+        lane_timeouts_ms: Mapping[Priority, int | None] | None = None,
     ) -> None:
         self._adapter_for = adapter_for  # raises UnknownModel
         self._lane_of_topic = lane_of_topic
         self._max_bytes = max_bytes
         self._reply_to_allowed = reply_to_allowed
+        self._lane_timeouts_ms = dict(lane_timeouts_ms or {})
 
     def admit(self, records: Sequence[RawRecord]) -> Admitted:
         out = Admitted()
@@ -75,15 +82,29 @@ class Admission:
             cost=adapter.cost(item),
             lane=lane,
             record=record,
-            deadline_s=_deadline_s(request, record.received_s, wall_minus_mono_ms),
+            deadline_s=self._deadline_s(request, record, lane, wall_minus_mono_ms),
         )
 
+    def _deadline_s(
+        self, request: InferenceRequest, record: RawRecord, lane: Priority, offset_ms: float
+    ) -> float | None:
+        timeout_ms = request.timeout_ms
+        if timeout_ms is None and request.deadline_ms is None:
+            timeout_ms = self._lane_timeouts_ms.get(lane)
+        return deadline_s(request, timeout_ms, record, offset_ms)
 
-def _deadline_s(request: InferenceRequest, received_s: float, offset_ms: float) -> float | None:
-    """Monotonic deadline: the earlier of the relative timeout and the absolute deadline."""
+
+def deadline_s(
+    request: InferenceRequest, timeout_ms: int | None, record: RawRecord, offset_ms: float
+) -> float | None:
+    """Monotonic deadline: the earlier of the relative timeout (from the record's
+    production) and the absolute deadline. ``offset_ms``: wall clock minus monotonic."""
     candidates = []
-    if request.timeout_ms is not None:
-        candidates.append(received_s + request.timeout_ms / 1000)
+    if timeout_ms is not None:
+        start_s = record.received_s
+        if record.timestamp_ms is not None and record.timestamp_ms >= 0:
+            start_s = min(start_s, (record.timestamp_ms - offset_ms) / 1000)
+        candidates.append(start_s + timeout_ms / 1000)
     if request.deadline_ms is not None:
         candidates.append((request.deadline_ms - offset_ms) / 1000)
     return min(candidates) if candidates else None

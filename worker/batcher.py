@@ -3,7 +3,9 @@
 A batch holds one model. It closes when it is full, when its oldest item has waited
 ``max_wait``, or at once when the device is idle (an idle device never waits for a
 batch to fill). Lanes are served in strict priority: while a higher lane's batch is
-filling, nothing lower jumps the queue.
+filling, nothing lower jumps the queue, except a lane that ``LaneShares`` says is owed
+its share of batches (so no lane starves). Every plan first sweeps the lanes for
+items whose deadline has passed: they leave with the plan's ``expired``.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from worker.lanes import Lanes
+from consumers.contract import Priority
+from worker.lanes import CostBudget, Lane, Lanes
 from worker.pending import Batch, Pending
+from worker.scheduling.shares import LaneShares
 
 
 @dataclass(slots=True)
@@ -28,31 +32,65 @@ class Batcher:
         lanes: Lanes,
         *,
         max_wait_s: float,
-        limit: Callable[[str], int],
+        limit: Callable[[str, Priority], int],
         grouped: Callable[[str], bool],
+        max_cost: Callable[[str], int | None] = lambda _: None,
+        shares: LaneShares | None = None,
     ) -> None:
         self._lanes = lanes
         self._max_wait_s = max_wait_s
-        self._limit = limit  # batch size cap per model (the controller moves it)
+        self._limit = limit  # batch size cap per model and lane (the controller moves it)
         self._grouped = grouped  # whether a model's inputs vary in length
+        self._max_cost = max_cost  # padded size cap per model (tokens, items)
+        self._shares = shares
 
     def plan(self, now_s: float, *, device_idle: bool) -> BatchPlan:
+        expired = self._lanes.expire(now_s)
+        plan = self._form(now_s, device_idle)
+        plan.expired[:0] = expired
+        plan.wake_at_s = _earliest(plan.wake_at_s, self._lanes.next_deadline_s())
+        return plan
+
+    def sweep(self, now_s: float) -> BatchPlan:
+        """Expire what has waited past its deadline, form nothing (the executor is full)."""
+        expired = self._lanes.expire(now_s)
+        return BatchPlan(expired=expired, wake_at_s=self._lanes.next_deadline_s())
+
+    def _form(self, now_s: float, device_idle: bool) -> BatchPlan:
         lanes = list(self._lanes)
-        for rank, lane in enumerate(lanes):
-            head = lane.oldest()
-            if head is None:
-                continue
-            model, limit = head.model, self._limit(head.model)
-            close_at = head.received_s + self._max_wait_s
-            if not (device_idle or now_s >= close_at or lane.count(model) >= limit):
-                return BatchPlan(wake_at_s=close_at)
-            grouped = self._grouped(model)
-            items = lane.take(model, limit, group_by_cost=grouped)
-            # Room left: same-model requests from lower lanes ride along for free.
-            for lower in lanes[rank + 1 :]:
-                items += lower.take(model, limit - len(items), group_by_cost=grouped)
-            return _split_expired(model, items, now_s)
-        return BatchPlan()
+        waiting = [(rank, lane, head) for rank, lane in enumerate(lanes) if (head := lane.oldest())]
+        if not waiting:
+            return BatchPlan()
+
+        def ready(lane: Lane, head: Pending) -> bool:
+            full = lane.count(head.model) >= self._limit(head.model, lane.priority)
+            return device_idle or full or now_s >= head.received_s + self._max_wait_s
+
+        chosen = waiting[0]
+        contended = len(waiting) > 1 and self._shares is not None
+        if contended and self._shares is not None:
+            owed = self._shares.owed(w[1].priority for w in waiting if ready(w[1], w[2]))
+            chosen = next((w for w in waiting if w[1].priority == owed), chosen)
+        rank, lane, head = chosen
+        if not ready(lane, head):
+            return BatchPlan(wake_at_s=head.received_s + self._max_wait_s)
+        if contended and self._shares is not None:
+            self._shares.served(lane.priority)
+        model, limit = head.model, self._limit(head.model, lane.priority)
+        # Caps of the lanes below, read before this take empties a higher lane.
+        riders = [(lower, self._limit(model, lower.priority)) for lower in lanes[rank + 1 :]]
+        grouped, budget = self._grouped(model), CostBudget(self._max_cost(model))
+        items = lane.take(model, limit, group_by_cost=grouped, budget=budget)
+        # Room left: same-model requests from lower lanes ride along for free, within
+        # their own lane's cap (a sliced lane's riders do not lengthen the batch).
+        for lower, cap in riders:
+            room = min(limit, cap) - len(items)
+            items += lower.take(model, room, group_by_cost=grouped, budget=budget)
+        return _split_expired(model, items, now_s)
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def _split_expired(model: str, items: list[Pending], now_s: float) -> BatchPlan:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -106,6 +107,8 @@ class ModelStoreConfig(_Frozen):
     def backoff_s(self, attempts: int) -> float:
         """Wait before retry number ``attempts`` (1, 2, ...): doubling, capped."""
         return min(self.retry_backoff_max_s, self.retry_backoff_s * 2 ** (attempts - 1))
+
+
 class OpsConfig(_Frozen):
     """The worker's HTTP surface: /metrics, /healthz, /readyz and the status page."""
 
@@ -114,6 +117,51 @@ class OpsConfig(_Frozen):
     # /readyz fails while any partition's lag is above this many records.
     ready_max_lag: int = Field(default=100_000, ge=1)
     db_probe_timeout_s: float = Field(default=2.0, gt=0)
+
+
+class SchedulingConfig(_Frozen):
+    """The scheduler (docs/SCHEDULING.md): batch controller, lane shares, deadlines, slices."""
+
+    # adaptive: utilization + queue depth + measured throughput curve + latency guard;
+    # naive: the practitioners' rule alone (a baseline: it collapses under backlog);
+    # fixed: the cap stays at max_batch.
+    policy: Literal["adaptive", "naive", "fixed"] = "adaptive"
+    decide_every_ms: float = Field(default=250.0, gt=0)  # controller tick
+    busy_window_s: float = Field(default=2.0, gt=0)  # CPU probe: busy fraction over this
+    nvml_every_s: float = Field(default=0.5, gt=0)  # GPU probe: NVML read period
+    # Minimum share of batches per lane while every lane is backlogged (high/normal/low).
+    share_high: float = Field(default=0.70, ge=0, le=1)
+    share_normal: float = Field(default=0.25, ge=0, le=1)
+    share_low: float = Field(default=0.05, ge=0, le=1)
+    share_window: int = Field(default=100, ge=10)  # batches the shares are counted over
+    # Lane default timeouts (requests without timeout_ms/deadline_ms); None: no deadline.
+    high_timeout_ms: int | None = Field(default=None, ge=1)
+    normal_timeout_ms: int | None = Field(default=None, ge=1)
+    low_timeout_ms: int | None = Field(default=None, ge=1)
+    # While a higher lane is active, lower-lane batches are cut to what the throughput
+    # curve says computes within this long, so a high batch waits at most about a slice.
+    slice_ms: float | None = Field(default=25.0, gt=0)
+    active_window_s: float = Field(default=1.0, gt=0)  # "active": an item seen this recently
+
+    @model_validator(mode="after")
+    def _shares_fit(self) -> SchedulingConfig:
+        if self.share_high + self.share_normal + self.share_low > 1.0 + 1e-9:
+            raise ValueError("lane shares must add up to at most 1")
+        return self
+
+    def lane_timeouts_ms(self) -> dict[Priority, int | None]:
+        return {
+            Priority.HIGH: self.high_timeout_ms,
+            Priority.NORMAL: self.normal_timeout_ms,
+            Priority.LOW: self.low_timeout_ms,
+        }
+
+    def lane_shares(self) -> dict[Priority, float]:
+        return {
+            Priority.HIGH: self.share_high,
+            Priority.NORMAL: self.share_normal,
+            Priority.LOW: self.share_low,
+        }
 
 
 class WorkerSettings(BaseSettings):
@@ -134,6 +182,7 @@ class WorkerSettings(BaseSettings):
     sink: SinkConfig = SinkConfig()
     model_store: ModelStoreConfig = ModelStoreConfig()
     ops: OpsConfig = OpsConfig()
+    scheduling: SchedulingConfig = SchedulingConfig()
 
     @model_validator(mode="after")
     def _distinct_topics(self) -> WorkerSettings:

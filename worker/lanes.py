@@ -1,10 +1,14 @@
 """Priority lanes: bounded FIFO queues, one per priority, grouped by model inside.
 
-Pure bookkeeping, no I/O and no clock: the batcher reads and takes from them.
+Pure bookkeeping, no I/O and no clock: the batcher reads and takes from them. Each
+lane keeps a heap of its waiting items' deadlines, so a sweep finds the expired ones
+without scanning the queues.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterator
 
@@ -18,6 +22,26 @@ LANE_ORDER = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
 # the oldest item always rides in the batch taken, so nothing waits behind its cost.
 COST_LOOKAHEAD_BATCHES = 16
 
+_tie = itertools.count()  # heap tie-break: never compare two Pending
+
+
+class CostBudget:
+    """Caps a batch by padded size: items x the largest item cost (tokens for text)."""
+
+    def __init__(self, max_cost: int | None, items: int = 0, widest: int = 0) -> None:
+        self.max_cost = max_cost
+        self.items = items
+        self.widest = widest
+
+    def fits(self, cost: int) -> bool:
+        if self.max_cost is None or self.items == 0:
+            return True  # a batch always holds at least one item
+        return (self.items + 1) * max(self.widest, cost) <= self.max_cost
+
+    def add(self, cost: int) -> None:
+        self.items += 1
+        self.widest = max(self.widest, cost)
+
 
 class Lane:
     """Requests of one priority; per model a FIFO, so a batch never mixes models."""
@@ -27,6 +51,8 @@ class Lane:
         self.capacity = capacity
         self._by_model: dict[str, deque[Pending]] = {}
         self._size = 0
+        self._deadlines: list[tuple[float, int, Pending]] = []
+        self._timed: set[int] = set()  # ids of waiting items that have a deadline
 
     def __len__(self) -> int:
         return self._size
@@ -41,6 +67,9 @@ class Lane:
             queue = self._by_model[item.model] = deque()
         queue.append(item)
         self._size += 1
+        if item.deadline_s is not None:
+            heapq.heappush(self._deadlines, (item.deadline_s, next(_tie), item))
+            self._timed.add(id(item))
 
     def oldest(self) -> Pending | None:
         """The head that has waited longest, across models."""
@@ -51,20 +80,65 @@ class Lane:
         queue = self._by_model.get(model)
         return len(queue) if queue else 0
 
-    def take(self, model: str, limit: int, *, group_by_cost: bool = False) -> list[Pending]:
-        """Up to ``limit`` items of ``model``: the oldest first, or, for variable-length
-        inputs, the oldest plus those closest to it in cost (less padding)."""
+    def take(
+        self,
+        model: str,
+        limit: int,
+        *,
+        group_by_cost: bool = False,
+        budget: CostBudget | None = None,
+    ) -> list[Pending]:
+        """Up to ``limit`` items of ``model`` within ``budget``: the oldest first, or, for
+        variable-length inputs, the oldest plus those closest to it in cost (less
+        padding)."""
         queue = self._by_model.get(model)
         if not queue or limit <= 0:
             return []
+        budget = budget or CostBudget(None)
         if group_by_cost and len(queue) > limit:
-            taken = _take_similar(queue, limit)
+            taken = _take_similar(queue, limit, budget)
         else:
-            taken = [queue.popleft() for _ in range(min(limit, len(queue)))]
+            taken = []
+            while queue and len(taken) < limit and budget.fits(queue[0].cost):
+                budget.add(queue[0].cost)
+                taken.append(queue.popleft())
         if not queue:
             del self._by_model[model]
-        self._size -= len(taken)
+        self._forget(taken)
         return taken
+
+    def expire(self, now_s: float) -> list[Pending]:
+        """Take out every waiting item whose deadline is at or before ``now_s``."""
+        doomed: list[Pending] = []
+        while self._deadlines and self._deadlines[0][0] <= now_s:
+            item = heapq.heappop(self._deadlines)[2]
+            if id(item) in self._timed:
+                doomed.append(item)
+        if doomed:
+            gone = {id(p) for p in doomed}
+            for model in {p.model for p in doomed}:
+                kept = deque(p for p in self._by_model[model] if id(p) not in gone)
+                if kept:
+                    self._by_model[model] = kept
+                else:
+                    del self._by_model[model]
+            self._forget(doomed)
+        return doomed
+
+    def next_deadline_s(self) -> float | None:
+        while self._deadlines and id(self._deadlines[0][2]) not in self._timed:
+            heapq.heappop(self._deadlines)  # taken meanwhile
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def _forget(self, gone: list[Pending]) -> None:
+        self._size -= len(gone)
+        for p in gone:
+            self._timed.discard(id(p))
+        # Entries of items taken before their deadline leave the heap lazily; rebuild it
+        # when they outnumber the live ones, so memory follows what is waiting.
+        if len(self._deadlines) > 2 * len(self._timed) + 64:
+            self._deadlines = [e for e in self._deadlines if id(e[2]) in self._timed]
+            heapq.heapify(self._deadlines)
 
     def remove_if(self, doomed: Callable[[Pending], bool]) -> list[Pending]:
         removed: list[Pending] = []
@@ -76,16 +150,24 @@ class Lane:
                 self._by_model[model] = kept
             else:
                 del self._by_model[model]
-        self._size -= len(removed)
+        self._forget(removed)
         return removed
 
 
-def _take_similar(queue: deque[Pending], limit: int) -> list[Pending]:
+def _take_similar(queue: deque[Pending], limit: int, budget: CostBudget) -> list[Pending]:
+    if not budget.fits(queue[0].cost):
+        return []
     window = min(len(queue), limit * COST_LOOKAHEAD_BATCHES)
     candidates = [queue.popleft() for _ in range(window)]
     head_cost = candidates[0].cost
     ranked = sorted(range(1, window), key=lambda i: abs(candidates[i].cost - head_cost))
-    chosen = {0, *ranked[: limit - 1]}
+    chosen = {0}
+    budget.add(head_cost)
+    for i in ranked:
+        if len(chosen) == limit or not budget.fits(candidates[i].cost):
+            break
+        budget.add(candidates[i].cost)
+        chosen.add(i)
     # Keep arrival order for what stays behind.
     queue.extendleft(reversed([c for i, c in enumerate(candidates) if i not in chosen]))
     return [candidates[i] for i in sorted(chosen)]
@@ -110,6 +192,18 @@ class Lanes:
 
     def __len__(self) -> int:
         return sum(len(lane) for lane in self._lanes.values())
+
+    def expire(self, now_s: float) -> list[Pending]:
+        """Take out every waiting item, in any lane, whose deadline has passed."""
+        return [p for lane in self._lanes.values() for p in lane.expire(now_s)]
+
+    def next_deadline_s(self) -> float | None:
+        deadlines = (lane.next_deadline_s() for lane in self._lanes.values())
+        return min((d for d in deadlines if d is not None), default=None)
+
+    def count(self, model: str) -> int:
+        """Items of ``model`` waiting in every lane."""
+        return sum(lane.count(model) for lane in self._lanes.values())
 
     def remove_if(self, doomed: Callable[[Pending], bool]) -> list[Pending]:
         """Take out queued items (a revoked partition's): their new owner replays them."""

@@ -39,6 +39,7 @@ from worker.models import ModelRegistry
 from worker.ops.http import OpsServer
 from worker.outcomes import completed, expired
 from worker.pending import Batch, Outcome
+from worker.scheduling.scheduler import Scheduler
 from worker.sink import Sink
 
 log = logging.getLogger(__name__)
@@ -66,11 +67,20 @@ class Worker:
         registry.configure(settings.model_store, self.metrics.registry)
         self._store: ResultStore | None = None
         self._lanes = Lanes(settings.lanes.capacity, single_lane=settings.lanes.single_lane)
+        self._scheduler = Scheduler(
+            settings.scheduling,
+            registry,
+            self._lanes,
+            max_batch=settings.batching.max_batch,
+            metrics=self.metrics.registry,
+        )
         self._batcher = Batcher(
             self._lanes,
             max_wait_s=settings.batching.max_wait_s,
             limit=self._batch_limit,
             grouped=lambda model: registry.adapter(model).variable_cost,
+            max_cost=self._scheduler.max_cost,
+            shares=self._scheduler.shares,
         )
         self._tracker = OffsetTracker()
         self._executor: Executor = ThreadExecutor(registry.get)
@@ -81,6 +91,7 @@ class Worker:
             lane_of_topic=self._lane_of_topic,
             max_bytes=kafka.max_message_bytes,
             reply_to_allowed=topics.reply_to_allowed,
+            lane_timeouts_ms=settings.scheduling.lane_timeouts_ms(),
         )
         self._ingress = Ingress(
             bootstrap=settings.bootstrap,
@@ -132,6 +143,7 @@ class Worker:
         # Load every model before joining the group, so the first requests pay no load time.
         await asyncio.to_thread(self._warm_up)
         self._models_warm = True
+        self._scheduler.start()
         # What exists now (modules, weights, libraries) lives as long as the process: keep
         # it out of the cyclic collector's full passes, which the request churn triggers.
         gc.freeze()
@@ -221,6 +233,7 @@ class Worker:
         await _bounded(deadline, "the producer", self._egress.stop())
         await _bounded(deadline, "the executor", asyncio.to_thread(self._executor.shutdown))
         await _bounded(deadline, "the model store", asyncio.to_thread(self._registry.close))
+        self._scheduler.close()
         if self._store is not None:
             await _bounded(deadline, "the database", asyncio.to_thread(self._store.close))
         await self._ops.stop()
@@ -289,16 +302,18 @@ class Worker:
         prefetch = self.settings.batching.prefetch
         while True:
             self._wake.clear()
-            wake_at = None
+            now = time.monotonic()
             if self._running_batches < prefetch:
-                now = time.monotonic()
                 plan = self._batcher.plan(now, device_idle=self._running_batches == 0)
-                if plan.expired:
-                    self._finish([expired(p, now) for p in plan.expired])
-                if plan.batch is not None:
-                    self._dispatch(plan.batch)
-                    continue
-                wake_at = plan.wake_at_s
+            else:  # the executor is full: only expire what waited past its deadline
+                plan = self._batcher.sweep(now)
+            if plan.expired:
+                self._scheduler.expired(plan.expired)
+                self._finish([expired(p, now) for p in plan.expired])
+            if plan.batch is not None:
+                self._dispatch(plan.batch)
+                continue
+            wake_at = plan.wake_at_s
             timeout = None if wake_at is None else max(0.0, wake_at - time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
@@ -314,6 +329,7 @@ class Worker:
     def _submit(self, batch: Batch) -> None:
         self._running_batches += 1
         self.metrics.batch(batch)
+        self._scheduler.dispatched(batch)
         future = asyncio.wrap_future(self._executor.submit(batch))
         future.add_done_callback(lambda f: self._batch_done(batch, f))
 
@@ -322,15 +338,17 @@ class Worker:
         self._wake.set()
         try:
             # Executors report item failures as values; an exception here is our bug.
-            outcomes = completed(batch, future.result(), self._registry.adapter(batch.model))
+            run = future.result()
+            self._scheduler.finished(batch, run)
+            outcomes = completed(batch, run, self._registry.adapter(batch.model))
         except Exception as exc:
             if self._failed is not None and not self._failed.done():
                 self._failed.set_exception(exc)
             return
         self._finish(outcomes)
 
-    def _batch_limit(self, model: str) -> int:
-        return min(self.settings.batching.max_batch, self._registry.spec(model).max_batch)
+    def _batch_limit(self, model: str, lane: Priority) -> int:
+        return self._scheduler.limit(model, lane)  # within max_batch and the model's
 
     # -- complete ----------------------------------------------------------------------
 

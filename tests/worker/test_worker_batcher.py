@@ -13,11 +13,12 @@ from worker.pending import Pending
 
 MAX_WAIT = 0.010
 HIGH, NORMAL, LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW
+LANES = [HIGH, NORMAL, LOW]
 
 
 def make(limit: int = 4, *, grouped: bool = False, single_lane: bool = False):
     lanes = Lanes(capacity=100, single_lane=single_lane)
-    batcher = Batcher(lanes, max_wait_s=MAX_WAIT, limit=lambda _: limit, grouped=lambda _: grouped)
+    batcher = Batcher(lanes, max_wait_s=MAX_WAIT, limit=lambda *_: limit, grouped=lambda _: grouped)
     return lanes, batcher
 
 
@@ -134,20 +135,18 @@ def test_expired_items_are_split_out_of_the_batch() -> None:
     assert plan.expired == [dead, at_deadline]  # a deadline equal to now has passed
 
 
-def test_an_all_expired_take_returns_no_batch_and_asks_to_plan_again_now() -> None:
-    lanes, batcher = make(limit=4)
+def test_expired_items_leave_in_the_sweep_before_the_batch_forms() -> None:
+    lanes, batcher = make(limit=2)
     dead = fill(
         lanes, pending(received_s=1.0, deadline_s=1.5), pending(received_s=1.0, deadline_s=1.5)
     )
-    fill(lanes, pending(received_s=1.0))  # a fifth would not fit the take
-    batcher = Batcher(lanes, max_wait_s=MAX_WAIT, limit=lambda _: 2, grouped=lambda _: False)
+    (live,) = fill(lanes, pending(received_s=1.0))
 
     plan = batcher.plan(2.0, device_idle=True)
 
-    assert plan.batch is None
     assert plan.expired == dead
-    assert plan.wake_at_s == 2.0
-    assert len(lanes) == 1
+    assert plan.batch is not None and plan.batch.items == [live]
+    assert len(lanes) == 0
 
 
 def test_grouped_models_batch_by_similar_cost() -> None:
@@ -161,7 +160,9 @@ def test_grouped_models_batch_by_similar_cost() -> None:
 def test_the_cap_is_per_model() -> None:
     lanes = Lanes(capacity=100)
     caps = {"small": 1, "big": 5}
-    batcher = Batcher(lanes, max_wait_s=MAX_WAIT, limit=caps.__getitem__, grouped=lambda _: False)
+    batcher = Batcher(
+        lanes, max_wait_s=MAX_WAIT, limit=lambda m, _: caps[m], grouped=lambda _: False
+    )
     fill(lanes, *[pending("small", received_s=0.0) for _ in range(3)])
     plan = batcher.plan(0.0, device_idle=False)  # full at one item: closes at once
     assert plan.batch is not None and len(plan.batch) == 1
@@ -193,35 +194,39 @@ def test_plan_invariants(
         lanes,
         *[pending(m, lane=p, received_s=r, deadline_s=d, cost=int(r * 10)) for p, m, r, d in specs],
     )
-    first_lane = next((lane for lane in lanes if len(lane)), None)
-    head = first_lane.oldest() if first_lane else None
-    ready = (
-        head is not None
-        and first_lane is not None
-        and (
-            device_idle
-            or now_s >= head.received_s + MAX_WAIT
-            or first_lane.count(head.model) >= limit
-        )
+    dead = [p for p in items if p.deadline_s is not None and p.deadline_s <= now_s]
+    alive = [p for p in items if p not in dead]
+    first = next((p.lane for p in sorted(alive, key=lambda p: LANES.index(p.lane))), None)
+    # FIFO per model: its first item still waiting; ties on age go to the model that
+    # reached the lane first (expired items included: they made its queue).
+    order = list(dict.fromkeys(p.model for p in items if p.lane == first))
+    queue_heads = [
+        next((p for p in alive if p.lane == first and p.model == m), None) for m in order
+    ]
+    head = min((p for p in queue_heads if p is not None), key=lambda p: p.received_s, default=None)
+    ready = head is not None and (
+        device_idle
+        or now_s >= head.received_s + MAX_WAIT
+        or sum(p.lane == head.lane and p.model == head.model for p in alive) >= limit
     )
 
     plan = batcher.plan(now_s, device_idle=device_idle)
 
-    taken = (plan.batch.items if plan.batch else []) + plan.expired
-    assert len(taken) + len(lanes) == len(items)  # nothing lost, nothing duplicated
-    assert len({id(p) for p in taken}) == len(taken)
-    assert len(taken) <= limit
-    assert all(p.deadline_s is not None and p.deadline_s <= now_s for p in plan.expired)
+    batch = plan.batch.items if plan.batch else []
+    assert len(batch) + len(plan.expired) + len(lanes) == len(items)  # nothing lost
+    assert len({id(p) for p in batch + plan.expired}) == len(batch) + len(plan.expired)
+    assert sorted(map(id, plan.expired)) == sorted(map(id, dead))  # every lane swept
+    assert len(batch) <= limit
+    deadlines = [p.deadline_s for p in alive if p.deadline_s is not None and p not in batch]
     if plan.batch is not None:
         assert len(plan.batch) >= 1
         assert {p.model for p in plan.batch.items} == {plan.batch.model}
-        assert all(p.deadline_s is None or p.deadline_s > now_s for p in plan.batch.items)
     if head is None:
-        assert plan == BatchPlan()
+        assert plan.batch is None and plan.wake_at_s is None
         return
     if not ready:  # strict priority: the first non-empty lane decides, and it waits
-        assert taken == [] and plan.wake_at_s == head.received_s + MAX_WAIT
+        assert batch == []
+        assert plan.wake_at_s == min([head.received_s + MAX_WAIT, *deadlines])
     else:
-        assert taken and {p.model for p in taken} == {head.model}
-        assert head in taken
-        assert plan.batch is not None or plan.wake_at_s == now_s
+        assert batch and {p.model for p in batch} == {head.model}
+        assert head in batch

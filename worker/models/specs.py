@@ -22,6 +22,7 @@ from worker.models.adapters import (
     RegressorAdapter,
     TextEmbeddingAdapter,
 )
+from worker.scheduling.params import ControllerParams
 
 
 def _resolve(path: Path, info: ValidationInfo) -> Path:
@@ -84,6 +85,7 @@ class ModelSpec(_Config):
     # Serve an optimized module, only once its outputs match eager within the tolerance.
     optimize: Literal["compile"] | None = None
     optimize_tolerance: Annotated[float, Field(gt=0)] = 1e-4
+    scheduling: ControllerParams = ControllerParams()  # batch controller (docs/SCHEDULING.md)
 
     @model_validator(mode="after")
     def _factory_iff_factory_format(self) -> ModelSpec:

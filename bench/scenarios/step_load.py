@@ -1,0 +1,240 @@
+"""Step load: idle -> saturating -> idle -> saturating, per batch-cap policy.
+
+One worker per policy (adaptive: the controller; naive: the utilization rule alone;
+fixed: the cap at max_batch), on a fresh broker. Saturating keeps a backlog of
+requests outstanding (sent, no result yet) for the whole phase; idle sends nothing.
+The worker's /metrics is scraped every 0.5 s for the batch cap and the utilization
+its controller saw; throughput and p99 (server latency) are binned per second from the
+results topic. Writes ``step_load-<model>.png`` and returns one ``Measured`` per policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import statistics
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench import workloads
+from bench.kafka_io import TOPICS, ResultsReader, create_topics, producer
+from bench.measure import Latency
+from bench.procs import Service, inferlane_command
+from bench.scenarios.common import SERVER, Context, Measured, read_while_alive
+from worker.broker import embedded_broker
+
+POLICIES = ("adaptive", "naive", "fixed")
+PHASE_S = {"smoke": (1.0, 3.0, 1.0, 3.0), "quick": (4.0, 14.0, 4.0, 14.0),
+           "full": (10.0, 45.0, 10.0, 45.0)}
+OUTSTANDING = {"digits": 4000, "minilm": 96}  # the backlog a saturating phase keeps
+SCRAPE_S = 0.5
+
+
+def _record(model: str, i: int, *, prefix: str) -> workloads.Record:
+    body = workloads.request_dict(model, i, prefix=prefix)
+    return body["request_id"].encode(), orjson.dumps(body)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _policy_env(policy: str) -> Iterator[None]:
+    """The worker reads ``INFERLANE_SCHEDULING__POLICY`` (pydantic-settings)."""
+    key = "INFERLANE_SCHEDULING__POLICY"
+    before = os.environ.get(key)
+    os.environ[key] = policy
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
+
+
+def _scrape(port: int, model: str) -> tuple[float | None, float | None]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+        text = response.read().decode()
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("model") == model:
+                found[sample.name] = sample.value
+    return found.get("inferlane_batch_cap"), found.get("inferlane_utilization_ratio")
+
+
+async def _sampler(port: int, model: str, t0: float, stop: asyncio.Event,
+                   into: list[tuple[float, float | None, float | None]]) -> None:
+    while not stop.is_set():
+        with contextlib.suppress(OSError):
+            cap, util = await asyncio.to_thread(_scrape, port, model)
+            into.append((time.monotonic() - t0, cap, util))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), SCRAPE_S)
+
+
+async def _reader_loop(reader: ResultsReader, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        await reader.poll(50)
+
+
+async def _load(bootstrap: str, model: str, reader: ResultsReader, phases: tuple[float, ...],
+                t0: float, sent0: int) -> int:
+    """Run the phases; saturating ones top the outstanding backlog up every 50 ms."""
+    prod = producer(bootstrap)
+    await prod.start()
+    sent, target = 0, OUTSTANDING[model]
+    try:
+        start = t0
+        for i, seconds in enumerate(phases):
+            end = start + seconds
+            while time.monotonic() < end:
+                outstanding = sent + sent0 - reader.count
+                if i % 2 == 1 and outstanding < target:
+                    futures = []
+                    for j in range(target - outstanding):
+                        key, value = _record(model, sent + j, prefix="step")
+                        futures.append(await prod.send(TOPICS.normal, value, key=key))
+                    sent += len(futures)
+                    await asyncio.gather(*futures)
+                await asyncio.sleep(0.05)
+            start = end
+        return sent
+    finally:
+        await prod.stop()
+
+
+def _bins(reader: ResultsReader, t0: float, total_s: float) -> list[dict[str, Any]]:
+    """Per second since t0: results and the p99 of their server latency."""
+    bins: list[list[float]] = [[] for _ in range(int(total_s) + 1)]
+    for arrival in reader.arrivals:
+        second = int(arrival.mono_s - t0)
+        if 0 <= second < len(bins):
+            for value in arrival.values:
+                bins[second].append(float(orjson.loads(value)["latency_ms"]["total"]))
+    return [{"t_s": i, "rps": len(b), "p99_ms": Latency.of(b).p99_ms if b else None}
+            for i, b in enumerate(bins)]
+
+
+def _settled(series: list[tuple[float, float | None, float | None]], bins: list[dict[str, Any]],
+             phases: tuple[float, ...]) -> dict[str, Any]:
+    """Per saturating phase, over its second half: the cap's coefficient of variation,
+    the mean cap and the throughput."""
+    out, start = [], 0.0
+    for i, seconds in enumerate(phases):
+        if i % 2 == 1:
+            lo, hi = start + seconds / 2, start + seconds
+            caps = [c for t, c, _ in series if lo <= t < hi and c is not None]
+            rates = [b["rps"] for b in bins if lo <= b["t_s"] and b["t_s"] + 1 <= hi]
+            mean = statistics.fmean(caps) if caps else None
+            cv = statistics.pstdev(caps) / mean if caps and mean else None
+            out.append({"phase": i, "cap_mean": mean, "cap_cv": cv,
+                        "rps": statistics.fmean(rates) if rates else None})
+        start += seconds
+    return {"saturated": out}
+
+
+async def measure(ctx: Context, model: str, policy: str) -> Measured:
+    phases = PHASE_S[ctx.plan.mode]
+    port = _free_port()
+    db = ctx.path(f"step_load-{model}-{policy}.db")
+    db.unlink(missing_ok=True)
+    extra = (*ctx.worker_args, "--metrics-port", str(port))
+    with embedded_broker() as broker, _policy_env(policy):
+        await create_topics(broker.bootstrap)
+        reader = await ResultsReader(broker.bootstrap).start()
+        try:
+            cmd = inferlane_command(broker.bootstrap, db, torch_threads=ctx.torch_threads,
+                                    extra=extra)
+            with Service(cmd, ctx.path(f"logs/step_load-{model}-{policy}.log")) as service:
+                prod = producer(broker.bootstrap)
+                await prod.start()
+                key, value = _record(model, 0, prefix="warm")
+                await prod.send_and_wait(TOPICS.normal, value, key=key)
+                await prod.stop()
+                await read_while_alive(reader, service, 1, timeout_s=ctx.plan.timeout_s)
+                t0, stop = time.monotonic(), asyncio.Event()
+                samples: list[tuple[float, float | None, float | None]] = []
+                tasks = [asyncio.create_task(_sampler(port, model, t0, stop, samples)),
+                         asyncio.create_task(_reader_loop(reader, stop))]
+                try:
+                    await _load(broker.bootstrap, model, reader, phases, t0, reader.count)
+                finally:
+                    stop.set()
+                    await asyncio.gather(*tasks)
+                service.check_alive()
+                assert service.rss is not None
+                peak = service.rss.peak_mb
+        finally:
+            await reader.stop()
+    total_s = sum(phases)
+    bins = _bins(reader, t0, total_s)
+    settled = _settled(samples, bins, phases)
+    sat = [s for s in settled["saturated"] if s["rps"] is not None]
+    rate = statistics.fmean(s["rps"] for s in sat) if sat else 0.0
+    lat = Latency.of([b["p99_ms"] for b in bins if b["p99_ms"] is not None] or [0.0])
+    ctx.say(f"  step_load {model} {policy}: saturated "
+            + ", ".join(f"{s['rps'] or 0:,.0f}/s at cap {s['cap_mean'] or 0:.0f} "
+                        f"(CV {s['cap_cv'] or 0:.2f})" for s in settled["saturated"]))
+    extra_out = {"policy": policy, "phases_s": phases, "outstanding": OUTSTANDING[model],
+                 "samples": samples, "bins": bins, **settled}
+    return Measured("step_load", model, f"inferlane-{policy}", rate, lat.p50_ms, lat.p99_ms,
+                    peak, sum(b["rps"] for b in bins), total_s, SERVER, extra_out)
+
+
+def plot(ctx: Context, model: str, runs: list[Measured]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(4, 1, figsize=(11, 11), sharex=True)
+    ax_cap, ax_util, ax_rps, ax_p99 = axes
+    for m in runs:
+        label = m.extra["policy"]
+        samples = [(t, c, u) for t, c, u in m.extra["samples"]]
+        ax_cap.step([t for t, _, _ in samples], [c for _, c, _ in samples], where="post",
+                    label=label)
+        ax_util.plot([t for t, _, _ in samples], [u for _, _, u in samples], label=label)
+        bins = m.extra["bins"]
+        ax_rps.plot([b["t_s"] for b in bins], [b["rps"] for b in bins], label=label)
+        ax_p99.plot([b["t_s"] for b in bins], [b["p99_ms"] for b in bins], label=label)
+    start = 0.0
+    for i, seconds in enumerate(runs[0].extra["phases_s"] if runs else ()):
+        if i % 2 == 1:
+            for ax in axes:
+                ax.axvspan(start, start + seconds, color="grey", alpha=0.1)
+        start += seconds
+    ax_cap.set_ylabel("batch cap")
+    ax_cap.set_yscale("log", base=2)
+    ax_util.set_ylabel("utilization seen")
+    ax_rps.set_ylabel("results/s")
+    ax_p99.set_ylabel("p99 server latency, ms")
+    ax_p99.set_yscale("log")
+    ax_p99.set_xlabel("seconds (shaded: saturating phases)")
+    ax_cap.set_title(f"step load, {model}: batch cap policies")
+    for ax in axes:
+        ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(ctx.path(f"step_load-{model}.png"), dpi=100)
+    plt.close(fig)
+
+
+def run(ctx: Context, policies: tuple[str, ...] = POLICIES) -> list[Measured]:
+    out: list[Measured] = []
+    for model in ctx.plan.models:
+        runs = [asyncio.run(measure(ctx, model, policy)) for policy in policies]
+        plot(ctx, model, runs)
+        out += runs
+    return out

@@ -1,0 +1,151 @@
+"""BatchController on synthetic traces: a simulated device, a load, and the cap it picks."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from worker.scheduling.controller import START_CAP, BatchController, Observation, Policy
+from worker.scheduling.curve import ThroughputCurve
+from worker.scheduling.params import ControllerParams
+from worker.scheduling.probes import BusyWindow
+
+TICK_S = 0.25
+MAX_BATCH = 256
+
+
+def hump(size: int) -> float:
+    """Forward-pass seconds with a per-batch cost and a super-linear term: items/s
+    peaks at size sqrt(2e-3 / 2e-6) ~ 32."""
+    return 0.002 + 0.0001 * size + 0.000002 * size * size
+
+
+def linear(size: int) -> float:
+    return 0.002 + 0.001 * size  # items/s grows with size; latency grows too
+
+
+@dataclass
+class Trace:
+    caps: list[int] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    utilization: list[float] = field(default_factory=list)
+    done: list[float] = field(default_factory=list)  # items finished per tick
+
+
+def simulate(
+    controller: BatchController,
+    forward_s: Callable[[int], float],
+    *,
+    arrival_rps: float,
+    ticks: int,
+    curve: ThroughputCurve | None = None,
+) -> Trace:
+    """Back-to-back batches at the cap while items wait; one decision per tick. Each
+    batch is measured when it ends; utilization is the device's busy time per tick."""
+    curve = curve or ThroughputCurve()
+    probe = BusyWindow(TICK_S)
+    trace, queue, now, free_at = Trace(), 0.0, 0.0, 0.0
+    for _ in range(ticks):
+        end = now + TICK_S
+        queue += arrival_rps * TICK_S
+        batches, done = 0, 0
+        while free_at < end and queue >= 1:
+            size = min(controller.cap, int(queue))
+            started = max(free_at, now)
+            free_at = started + forward_s(size)
+            queue -= size
+            done += size
+            batches += 1
+            probe.ran(started, free_at)
+            curve.record(size, free_at - started, free_at)
+        now = end
+        utilization = probe.utilization(now) or 0.0
+        decision = controller.decide(Observation(now, utilization, int(queue), batches), curve)
+        trace.caps.append(decision.cap)
+        trace.reasons.append(decision.reason)
+        trace.utilization.append(utilization)
+        trace.done.append(done)
+    return trace
+
+
+def cv(values: list[int]) -> float:
+    return statistics.pstdev(values) / statistics.mean(values)
+
+
+def make(policy: Policy = "adaptive", **params: float) -> BatchController:
+    return BatchController(ControllerParams(**params), MAX_BATCH, policy=policy)
+
+
+def test_with_headroom_the_cap_grows_by_the_rule() -> None:
+    controller = make(latency_target_ms=1000)
+    trace = simulate(controller, linear, arrival_rps=200, ticks=40)  # ~25% busy
+    assert max(trace.utilization) < 0.6
+    assert trace.caps[0] > START_CAP
+    assert trace.caps == sorted(trace.caps)  # only growth
+    assert trace.caps[-1] == MAX_BATCH
+
+
+def test_at_saturation_the_cap_converges_on_the_throughput_best_size() -> None:
+    controller = make(latency_target_ms=1000)
+    trace = simulate(controller, hump, arrival_rps=100_000, ticks=400)
+    last = trace.caps[-120:]  # the last 30 s
+    assert cv(last) < 0.10
+    settled = statistics.median(last)
+    best_rate = max(s / hump(s) for s in range(1, MAX_BATCH + 1))
+    assert settled / hump(int(settled)) >= 0.95 * best_rate
+    assert min(trace.utilization[-120:]) > 0.9  # saturated throughout
+
+
+def test_the_latency_guard_keeps_forward_passes_within_the_target() -> None:
+    controller = make(latency_target_ms=20)  # linear(18) = 20 ms
+    trace = simulate(controller, linear, arrival_rps=100_000, ticks=200)
+    last = trace.caps[-80:]
+    assert all(linear(c) * 1000 <= 20 for c in last)
+    assert statistics.median(last) >= 14  # as large as the target allows, near enough
+    assert "latency" in trace.reasons
+
+
+@pytest.mark.parametrize("forward_s", [hump, linear])
+def test_under_backlog_the_naive_rule_collapses_and_the_adaptive_one_does_not(
+    forward_s: Callable[[int], float],
+) -> None:
+    naive = simulate(make("naive"), forward_s, arrival_rps=100_000, ticks=200)
+    adaptive = simulate(make(latency_target_ms=1000), forward_s, arrival_rps=100_000, ticks=200)
+    assert naive.caps[-1] == 1  # busy by definition, so "busy -> shrink" walks to 1
+    assert min(adaptive.caps) >= START_CAP * 0.8
+    assert sum(adaptive.done[-40:]) > 2 * sum(naive.done[-40:])
+
+
+def test_without_new_batches_the_cap_holds() -> None:
+    controller = make()
+    decision = controller.decide(Observation(1.0, 0.0, 0, 0), ThroughputCurve())
+    assert (decision.cap, decision.reason) == (START_CAP, "idle")
+
+
+def test_the_fixed_policy_holds_max_batch() -> None:
+    trace = simulate(make("fixed"), hump, arrival_rps=100_000, ticks=20)
+    assert set(trace.caps) == {MAX_BATCH}
+
+
+def test_step_load_settles_after_each_step() -> None:
+    controller, curve = make(latency_target_ms=1000), ThroughputCurve()
+    caps: list[int] = []
+    for rate in (0, 100_000, 0, 100_000):
+        caps += simulate(controller, hump, arrival_rps=rate, ticks=160, curve=curve).caps
+    second_saturation = caps[-120:]
+    assert cv(second_saturation) < 0.10
+    assert caps[160 * 2 : 160 * 2 + 160] == [caps[160 * 2]] * 160  # idle holds the cap
+
+
+def slow(size: int) -> float:
+    return 0.5 + 0.01 * size  # even a batch of one takes 500 ms
+
+
+def test_an_unattainable_latency_target_does_not_walk_the_cap_down() -> None:
+    controller = make(latency_target_ms=200)
+    trace = simulate(controller, slow, arrival_rps=100_000, ticks=400)
+    assert trace.reasons.count("latency") <= 2  # until two sizes show the floor
+    assert trace.caps[-1] >= START_CAP  # throughput decides: bigger batches, more items/s

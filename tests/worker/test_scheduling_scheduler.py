@@ -1,0 +1,68 @@
+"""The Scheduler object: controllers ticked from finished batches; late and expired counts."""
+
+from __future__ import annotations
+
+from pipeline_factories import pending
+from prometheus_client import CollectorRegistry
+
+from consumers.contract import Priority
+from worker.config import SchedulingConfig
+from worker.executor import BatchRun
+from worker.lanes import Lanes
+from worker.models import ModelRegistry
+from worker.pending import Batch, ItemResult
+from worker.scheduling.controller import START_CAP
+from worker.scheduling.scheduler import Scheduler
+
+
+def make(registry: ModelRegistry, now: list[float], **config: object) -> tuple[Scheduler, Lanes]:
+    lanes = Lanes(capacity=100_000)
+    scheduler = Scheduler(
+        SchedulingConfig.model_validate(config),
+        registry,
+        lanes,
+        max_batch=256,
+        metrics=CollectorRegistry(),
+        clock=lambda: now[0],
+    )
+    return scheduler, lanes
+
+
+def run_of(batch: Batch, started_s: float, compute_s: float) -> BatchRun:
+    return BatchRun([ItemResult() for _ in batch.items], "v", started_s, compute_s)
+
+
+def test_results_computed_after_their_deadline_count_as_late(
+    demo_registry: ModelRegistry,
+) -> None:
+    metrics = CollectorRegistry()
+    scheduler = Scheduler(
+        SchedulingConfig(), demo_registry, Lanes(10), max_batch=8, metrics=metrics
+    )
+    on_time = pending("digits", lane=Priority.LOW, deadline_s=10.0)
+    late = pending("digits", lane=Priority.LOW, deadline_s=1.5)
+    batch = Batch("digits", [on_time, late], formed_s=1.0)
+    scheduler.finished(batch, run_of(batch, 1.0, 1.0))
+    scheduler.expired([pending("digits", lane=Priority.HIGH)])
+    labels = {"model": "digits", "lane": "low"}
+    assert metrics.get_sample_value("inferlane_late_total", labels) == 1
+    assert metrics.get_sample_value("inferlane_expired_total", labels | {"lane": "high"}) == 1
+
+
+def test_a_backlogged_busy_device_does_not_walk_the_cap_down(
+    demo_registry: ModelRegistry,
+) -> None:
+    now = [0.0]
+    adaptive, lanes = make(demo_registry, now, policy="adaptive")
+    naive, naive_lanes = make(demo_registry, now, policy="naive")
+    for queue in (lanes, naive_lanes):
+        for _ in range(10_000):
+            queue.push(pending("digits"))
+    for _ in range(200):  # back-to-back 150 ms batches: busy, with a backlog
+        for scheduler in (adaptive, naive):
+            size = scheduler.limit("digits", Priority.NORMAL)
+            batch = Batch("digits", [pending("digits") for _ in range(size)], now[0])
+            scheduler.finished(batch, run_of(batch, now[0], 0.150))
+        now[0] += 0.150
+    assert naive.limit("digits", Priority.NORMAL) == 1
+    assert adaptive.limit("digits", Priority.NORMAL) >= START_CAP
