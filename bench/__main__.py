@@ -17,11 +17,7 @@ from rich.console import Console
 
 from bench import report
 from bench.plan import FULL, PLANS, Plan
-from bench.scenarios import ceiling, low_load, ops_overhead, priority, soak, throughput
-from bench.scenarios.common import Context, Measured
-
-SCENARIOS = ("ceiling", "naive", "threadpool", "inferlane", "priority", "low_load", "soak", "ops")
-from bench.scenarios import ceiling, low_load, priority, soak, step_load, throughput
+from bench.scenarios import ceiling, low_load, ops_overhead, priority, soak, step_load, throughput
 from bench.scenarios.common import Context, Measured
 
 SCENARIOS = (
@@ -32,6 +28,7 @@ SCENARIOS = (
     "priority",
     "low_load",
     "soak",
+    "ops",
     "step_load",
 )  # step_load: opt-in (--only step_load), not in any default set
 console = Console()

@@ -188,7 +188,8 @@ class Worker:
         return {lane.priority.value: len(lane) for lane in self._lanes}
 
     def batch_caps(self) -> dict[str, int]:
-        return {model: self._batch_limit(model) for model in self._registry.names()}
+        # The high lane's limit: the controller's cap, before any slicing of lower lanes.
+        return {m: self._batch_limit(m, Priority.HIGH) for m in self._registry.names()}
 
     def in_flight_bytes(self) -> int:
         return self._in_flight.bytes
