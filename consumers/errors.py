@@ -48,3 +48,9 @@ class ModelFailed(InferlaneError):
 
 class Expired(InferlaneError):
     code = "expired"
+
+
+class ModelTimeout(InferlaneError):
+    """The batch holding this request ran past its model's compute timeout (a hung model)."""
+
+    code = "model_timeout"

@@ -72,6 +72,16 @@ class SinkConfig(_Frozen):
     retry_backoff_max_s: float = Field(default=10.0, gt=0)
 
 
+class ComputeConfig(_Frozen):
+    # A batch running longer than this (a hung model) fails its requests with model_timeout
+    # and its thread is replaced; a model's registry entry may set its own
+    # (compute_timeout_s). None: no limit.
+    timeout_s: float | None = Field(default=60.0, gt=0)
+    # Hung threads cannot be stopped, only left behind: past this many, the worker exits
+    # so that its supervisor restarts a clean process.
+    max_hung_threads: int = Field(default=3, ge=1)
+
+
 class WorkerSettings(BaseSettings):
     """Everything the worker needs; env ``INFERLANE_*`` (nested with ``__``) and CLI flags."""
 
@@ -88,6 +98,7 @@ class WorkerSettings(BaseSettings):
     batching: BatchConfig = BatchConfig()
     lanes: LaneConfig = LaneConfig()
     sink: SinkConfig = SinkConfig()
+    compute: ComputeConfig = ComputeConfig()
 
     @model_validator(mode="after")
     def _distinct_topics(self) -> WorkerSettings:

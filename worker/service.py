@@ -68,7 +68,9 @@ class Worker:
             grouped=lambda model: registry.adapter(model).variable_cost,
         )
         self._tracker = OffsetTracker()
-        self._executor: Executor = ThreadExecutor(registry.get)
+        self._executor: Executor = ThreadExecutor.configured(
+            registry, settings.compute, self.metrics.registry
+        )
         topics, kafka = settings.topics, settings.kafka
         self._lane_of_topic = topics.lane_topics()
         self._admission = Admission(
@@ -132,6 +134,7 @@ class Worker:
         await self._egress.start()
         await self._ingress.start(self._on_assigned, self._on_revoked)
         self._failed = asyncio.get_running_loop().create_future()
+        self._executor.fail_into(self._failed)  # too many hung models: exit, get restarted
         self._tasks = [
             asyncio.create_task(self._intake(), name="inferlane-intake"),
             asyncio.create_task(self._schedule(), name="inferlane-schedule"),

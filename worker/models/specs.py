@@ -81,6 +81,8 @@ class ModelSpec(_Config):
     factory: Annotated[str, Field(pattern=r"^[\w.]+:\w+$")] | None = None
     adapter: AdapterConfig
     max_batch: Annotated[int, Field(ge=1)] = 256
+    # Overrides the worker's compute timeout (settings.compute.timeout_s) for this model.
+    compute_timeout_s: Annotated[float, Field(gt=0)] | None = None
 
     @model_validator(mode="after")
     def _factory_iff_factory_format(self) -> ModelSpec:
