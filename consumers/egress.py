@@ -9,6 +9,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.producer.message_accumulator import BatchBuilder
 
+from consumers.security import KafkaSecurity
+
 
 @dataclass(frozen=True, slots=True)
 class OutRecord:
@@ -25,7 +27,13 @@ class Egress:
     as any Kafka client would place them."""
 
     def __init__(
-        self, *, bootstrap: str, client_id: str, linger_ms: int, max_request_bytes: int
+        self,
+        *,
+        bootstrap: str,
+        client_id: str,
+        linger_ms: int,
+        max_request_bytes: int,
+        security: KafkaSecurity | None = None,
     ) -> None:
         # No idempotence nor transactions: the embedded broker supports neither, and
         # results are at-least-once by contract (keyed by request id).
@@ -36,6 +44,7 @@ class Egress:
             linger_ms=linger_ms,
             max_request_size=max_request_bytes,
             max_batch_size=1_048_576,
+            **(security or KafkaSecurity()).aiokafka_kwargs(),
         )
         self._partitioner = DefaultPartitioner()
         self._partitions: dict[str, list[int]] = {}

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from consumers.contract import Priority
+from consumers.security import KafkaSecurity
 
 
 class _Frozen(BaseModel):
@@ -37,6 +38,7 @@ class KafkaConfig(_Frozen):
     # Tansu holds a join for about half of this: short keeps startup and rebalances quick.
     session_timeout_ms: int = Field(default=10_000, ge=6_000)
     linger_ms: int = 2
+    security: KafkaSecurity = KafkaSecurity()  # TLS and SASL, for every client
 
     @property
     def max_request_bytes(self) -> int:

@@ -89,12 +89,14 @@ class Worker:
             max_wait_ms=kafka.fetch_max_wait_ms,
             max_message_bytes=kafka.max_message_bytes,
             session_timeout_ms=kafka.session_timeout_ms,
+            security=kafka.security,
         )
         self._egress = Egress(
             bootstrap=settings.bootstrap,
             client_id=kafka.client_id,
             linger_ms=kafka.linger_ms,
             max_request_bytes=kafka.max_request_bytes,
+            security=kafka.security,
         )
         self._done = CompletionQueue()
         # Bounded: when SQL falls behind, stage 1 waits instead of piling up chunks.
@@ -130,7 +132,9 @@ class Worker:
             config=s.sink,
         )
         names = [*self._lane_of_topic, s.topics.results, s.topics.dead_letters]
-        await ensure_topics(s.bootstrap, names, partitions=s.topics.partitions)
+        await ensure_topics(
+            s.bootstrap, names, partitions=s.topics.partitions, security=s.kafka.security
+        )
         await self._egress.start()
         await self._ingress.start(self._on_assigned, self._on_revoked)
         self._failed = asyncio.get_running_loop().create_future()
