@@ -19,7 +19,7 @@ from worker.models import ModelRegistry, ModelSpec, RegistryFile
 from worker.service import Worker
 from worker.workload import digits_requests
 
-from . import hang
+from bench.chaos import hang_model as hang
 from .support import settings_for
 
 
@@ -33,7 +33,7 @@ def hang_registry(tmp_path: Path, demo_registry_path: Path) -> Iterator[ModelReg
             "version": "1",
             "format": "factory",
             "path": weights,
-            "factory": "e2e.hang:build",
+            "factory": "bench.chaos.hang_model:build",
             "adapter": {"kind": "regressor", "features": 4},
             "compute_timeout_s": 3.0,
         }

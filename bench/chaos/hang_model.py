@@ -1,4 +1,5 @@
-"""A model factory for tests: a linear regressor that hangs on any input equal to 7.
+"""A model factory for chaos runs and tests: a linear regressor that hangs on any input
+equal to 7.
 
 The hang lasts until ``RELEASE`` is set (tests set it when they end) or ``HANG_S``
 passes (a worker process started by the chaos harness), so no thread outlives its test.
