@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from consumers.contract import ErrorInfo
-from consumers.errors import ModelFailed, ModelTimeout
+from consumers.errors import InferlaneError, ModelFailed, ModelTimeout
 from worker.compute_threads import ComputeThread, HungThreads, Running, settle
 from worker.config import ComputeConfig
 from worker.models import LoadedModel, ModelRegistry
@@ -188,4 +188,6 @@ def _run_isolating(model: LoadedModel, items: Sequence[Pending]) -> list[ItemRes
 
 
 def _error(what: str, exc: Exception) -> ErrorInfo:
-    return ErrorInfo(code=ModelFailed.code, message=f"{what}: {type(exc).__name__}: {exc}")
+    # Our own errors keep their code (e.g. non_finite_output); anything else is the model's.
+    code = exc.code if isinstance(exc, InferlaneError) else ModelFailed.code
+    return ErrorInfo(code=code, message=f"{what}: {type(exc).__name__}: {exc}")

@@ -175,8 +175,13 @@ def hostile(workdir: Path, sizes: Sizes) -> Row:
         stack.publish(mixed, rate_per_s=max(sizes.rate_per_s, len(mixed) / 20))
         row = _account(stack, "hostile records", "fine", len(fine), sizes, f"{len(bad)} hostile")
         stack.published()
-        letters = dead_letters(stack.broker.bootstrap, TOPICS.dead_letters, 120)
-        unaccounted = set(stack.offsets) - stack.progress.sources() - letters.sources
+        deadline = time.monotonic() + sizes.settle_s
+        while True:  # records of other partitions may still be on their way
+            letters = dead_letters(stack.broker.bootstrap, TOPICS.dead_letters)
+            unaccounted = set(stack.offsets) - stack.progress.sources() - letters.sources
+            if not unaccounted or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
         row.lost += len(unaccounted)
         row.records = len(mixed)
         row.notes.append(f"{sum(letters.codes.values())} dead letters")

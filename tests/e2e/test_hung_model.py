@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import save_file
 
+from bench.chaos import hang_model as hang
 from consumers.client import InferlaneClient
 from consumers.contract import Status
 from worker.broker import EmbeddedBroker
@@ -19,7 +20,6 @@ from worker.models import ModelRegistry, ModelSpec, RegistryFile
 from worker.service import Worker
 from worker.workload import digits_requests
 
-from bench.chaos import hang_model as hang
 from .support import settings_for
 
 
