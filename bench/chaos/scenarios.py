@@ -28,6 +28,8 @@ class Sizes:
     requests: int = 30_000
     kill_requests: int = 50_000
     kills: int = 20
+    # Slow enough that the stream outlasts the kills (each restart takes seconds).
+    kill_rate_per_s: float = 200.0
     rate_per_s: float = 800.0
     outage_s: float = 30.0
     freeze_s: float = 20.0
@@ -43,6 +45,7 @@ class Sizes:
             requests=3_000,
             kill_requests=3_000,
             kills=2,
+            kill_rate_per_s=150.0,
             rate_per_s=300.0,
             outage_s=5.0,
             freeze_s=5.0,
@@ -82,7 +85,7 @@ def good(prefix: str, n: int) -> list[Record]:
 def sigkills(workdir: Path, sizes: Sizes) -> Row:
     rng = random.Random(sizes.seed)
     with Stack(workdir) as stack:
-        stack.publish(good("kill", sizes.kill_requests), rate_per_s=sizes.rate_per_s)
+        stack.publish(good("kill", sizes.kill_requests), rate_per_s=sizes.kill_rate_per_s)
         stack.start_worker()
         ended: list[float] = []
         for _ in range(sizes.kills):

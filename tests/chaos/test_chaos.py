@@ -26,6 +26,7 @@ SIZES = Sizes(
     requests=1_500,
     kill_requests=2_000,
     kills=2,
+    kill_rate_per_s=150.0,
     rate_per_s=300.0,
     outage_s=4.0,
     freeze_s=4.0,
