@@ -52,8 +52,8 @@ class Executor(ABC):
         """Finish the batches already submitted, then release the backend."""
 
     def fail_into(self, failed: asyncio.Future[None]) -> None:  # noqa: B027
-        """Set ``failed``'s exception, from any thread, if this backend gives up.
-        This default backend never does."""
+        """Set ``failed``'s exception, from any thread, if this backend gives up; a
+        backend that never gives up keeps this default, which does nothing."""
 
 
 class ThreadExecutor(Executor):

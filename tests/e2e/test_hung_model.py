@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from bench.chaos import hang_model as hang
 from consumers.client import InferlaneClient
-from consumers.contract import Status
+from consumers.contract import DeadLetterHeaders, Status
 from worker.broker import EmbeddedBroker
 from worker.compute_threads import ComputeUnhealthy
 from worker.config import ComputeConfig
@@ -20,7 +20,7 @@ from worker.models import ModelRegistry, ModelSpec, RegistryFile
 from worker.service import Worker
 from worker.workload import digits_requests
 
-from .support import settings_for
+from .support import read_topic, settings_for
 
 
 @pytest.fixture
@@ -76,6 +76,12 @@ async def test_a_hung_model_fails_its_batch_with_model_timeout_and_the_rest_is_s
             assert result.error is not None and result.error.code == "model_timeout", rid
             assert rid.startswith("a-"), rid
     assert all(results[rid].status == Status.OK for rid in digits + later)
+    timed_out = {rid for rid, r in results.items() if r.status != Status.OK}
+    dead = await asyncio.to_thread(
+        read_topic, broker.bootstrap, settings.topics.dead_letters, len(timed_out)
+    )
+    assert {d.key.decode() for d in dead} == timed_out
+    assert {dict(d.headers)[DeadLetterHeaders.CODE] for d in dead} == {b"model_timeout"}
     hung = worker.metrics.registry.get_sample_value(
         "inferlane_hung_compute_threads_total", {"model": "hang"}
     )
