@@ -15,7 +15,7 @@ _POLL_S = 0.2
 
 
 class Progress:
-    """``samples``: (monotonic s, rows in ``inference_results``)."""
+    """``samples``: (monotonic s when asked, rows in ``inference_results``)."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -38,10 +38,12 @@ class Progress:
     def recovery_s(self, fault_ended_s: float) -> float | None:
         """Seconds from the end of a fault until the row count next grew (None: it did
         not grow afterwards, or there was nothing left to do)."""
-        before = [n for t, n in self.samples if t <= fault_ended_s]
-        base = before[-1] if before else 0
-        for t, n in self.samples:
-            if t > fault_ended_s and n > base:
+        after = [(t, n) for t, n in self.samples if t >= fault_ended_s]
+        if not after:
+            return None
+        base = after[0][1]  # the first count read wholly after the fault ended
+        for t, n in after:
+            if n > base:
                 return t - fault_ended_s
         return None
 
@@ -106,9 +108,10 @@ class Progress:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            asked_s = time.monotonic()  # the count holds at least what was durable then
             try:
                 n = count_results(self._engine)
             except SQLAlchemyError:  # before the worker has created its tables
                 n = 0
-            self.samples.append((time.monotonic(), n))
+            self.samples.append((asked_s, n))
             self._stop.wait(_POLL_S)
