@@ -187,7 +187,9 @@ def hostile(workdir: Path, sizes: Sizes) -> Row:
             time.sleep(1.0)
         row.lost += len(unaccounted)
         row.records = len(mixed)
-        row.notes.append(f"{sum(letters.codes.values())} dead letters")
+        codes = ", ".join(f"{code} {n}" for code, n in letters.codes.most_common())
+        row.notes.append(f"{sum(letters.codes.values())} dead letters ({codes})")
+        row.lost += letters.without_reason  # a dead letter must say why
         row.exits = stack.unexpected_exits()
         return row
 

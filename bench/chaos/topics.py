@@ -43,6 +43,7 @@ def result_counts(bootstrap: str, topic: str, expected: set[str], timeout_s: flo
 class DeadLetters:
     codes: Counter[str] = field(default_factory=Counter)  # error code -> count
     sources: set[tuple[int, int]] = field(default_factory=set)  # (partition, offset)
+    without_reason: int = 0  # dead letters with an empty error message
 
 
 def dead_letters(bootstrap: str, topic: str) -> DeadLetters:
@@ -50,6 +51,7 @@ def dead_letters(bootstrap: str, topic: str) -> DeadLetters:
     for record in _read(bootstrap, topic):
         headers = dict(record.headers)
         found.codes[headers[DeadLetterHeaders.CODE].decode()] += 1
+        found.without_reason += not headers.get(DeadLetterHeaders.MESSAGE)
         found.sources.add(
             (int(headers[DeadLetterHeaders.PARTITION]), int(headers[DeadLetterHeaders.OFFSET]))
         )
