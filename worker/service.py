@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 
+from consumers.contract import Priority
 from consumers.egress import Egress
 from consumers.ingress import Ingress
 from consumers.offsets import OffsetTracker, TopicPartitionKey
@@ -28,7 +29,7 @@ from storage import ResultStore
 from worker.admission import Admission
 from worker.backpressure import paused_topics
 from worker.batcher import Batcher
-from worker.completion import CompletionQueue
+from worker.completion import BULK, URGENT, CompletionQueue
 from worker.config import WorkerSettings
 from worker.executor import BatchRun, Executor, ThreadExecutor
 from worker.inflight import InFlight
@@ -104,8 +105,10 @@ class Worker:
             security=kafka.security,
         )
         self._done = CompletionQueue()
-        # Bounded: when SQL falls behind, stage 1 waits instead of piling up chunks.
-        self._published: asyncio.Queue[list[Outcome]] = asyncio.Queue(maxsize=2)
+        # Published chunks waiting for SQL, with whether each holds a bulk slot: when SQL
+        # falls behind, bulk publishing waits for a slot; urgent chunks never wait.
+        self._published: asyncio.Queue[tuple[list[Outcome], bool]] = asyncio.Queue()
+        self._bulk_slots = asyncio.Semaphore(2)
         self._wake = asyncio.Event()  # new requests or a free executor slot
         self._intake_lock = asyncio.Lock()  # a rebalance waits for the chunk being admitted
         self._running_batches = 0
@@ -149,7 +152,8 @@ class Worker:
         self._tasks = [
             asyncio.create_task(self._intake(), name="inferlane-intake"),
             asyncio.create_task(self._schedule(), name="inferlane-schedule"),
-            asyncio.create_task(self._publish(), name="inferlane-publish"),
+            asyncio.create_task(self._publish(URGENT), name="inferlane-publish-urgent"),
+            asyncio.create_task(self._publish(BULK), name="inferlane-publish"),
             asyncio.create_task(self._persist(), name="inferlane-persist"),
         ]
 
@@ -299,12 +303,16 @@ class Worker:
         if outcomes:
             self._done.put(outcomes)
 
-    async def _publish(self) -> None:
-        """Stage 1: results and dead letters to Kafka, acknowledged, high lane first."""
+    async def _publish(self, lanes: tuple[Priority, ...]) -> None:
+        """Stage 1: results and dead letters to Kafka, acknowledged; one task per stream
+        (urgent, bulk), so a high result never waits behind a bulk chunk."""
+        bulk = lanes == BULK
         while True:
-            chunk = await self._done.take(self.settings.sink.max_chunk)
+            chunk = await self._done.take(self.settings.sink.max_chunk, lanes)
             await self._sink.publish(chunk)
-            await self._published.put(chunk)
+            if bulk:
+                await self._bulk_slots.acquire()
+            self._published.put_nowait((chunk, bulk))
 
     async def _persist(self) -> None:
         """Stage 2: SQL (results, drift, offsets in one transaction), then Kafka commit.
@@ -313,9 +321,7 @@ class Worker:
         Only outcomes already on Kafka count as finished for the offsets.
         """
         while True:
-            chunk = await self._published.get()
-            while not self._published.empty():
-                chunk.extend(self._published.get_nowait())
+            chunk, slots = await self._take_published()
             for o in chunk:
                 src = o.record.source
                 self._tracker.finished((src.topic, src.partition), src.offset)
@@ -324,6 +330,18 @@ class Worker:
             # either durable or replayed, never half-written.
             self._writing = asyncio.ensure_future(self._make_durable(chunk, offsets))
             await asyncio.shield(self._writing)
+            for _ in range(slots):
+                self._bulk_slots.release()
+
+    async def _take_published(self) -> tuple[list[Outcome], int]:
+        """Every published chunk waiting, as one; and how many bulk slots they hold."""
+        chunk, bulk = await self._published.get()
+        slots = int(bulk)
+        while not self._published.empty():
+            more, bulk = self._published.get_nowait()
+            chunk.extend(more)
+            slots += bulk
+        return chunk, slots
 
     async def _make_durable(
         self, chunk: Sequence[Outcome], offsets: dict[TopicPartitionKey, int]
