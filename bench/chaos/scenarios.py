@@ -22,6 +22,8 @@ from bench.chaos.stack import TOPICS, Record, Stack
 from bench.chaos.topics import dead_letters, result_counts
 from bench.workloads import request_dict
 
+WARM = 10  # requests that show a fresh worker is serving
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -85,8 +87,8 @@ def good(prefix: str, n: int) -> list[Record]:
 def sigkills(workdir: Path, sizes: Sizes) -> Row:
     rng = random.Random(sizes.seed)
     with Stack(workdir) as stack:
+        _serving(stack)
         stack.publish(good("kill", sizes.kill_requests), rate_per_s=sizes.kill_rate_per_s)
-        stack.start_worker()
         ended: list[float] = []
         for _ in range(sizes.kills):
             # Once serving, a random moment later (and never past the end of the work).
@@ -94,7 +96,7 @@ def sigkills(workdir: Path, sizes: Sizes) -> Row:
             if not stack.progress.wait_growth(since, 120):
                 break
             time.sleep(rng.uniform(0.0, 3.0))
-            if stack.progress.count >= sizes.kill_requests:
+            if stack.progress.count >= WARM + sizes.kill_requests:
                 break
             stack.workers[-1].kill()
             stack.start_worker()
@@ -237,8 +239,8 @@ SCENARIOS = {
 def _serving(stack: Stack) -> None:
     """Start a worker and wait until it has served a few requests."""
     stack.start_worker()
-    stack.publish(good("warm", 10), rate_per_s=1000)
-    if not stack.progress.wait_for(10, 180):
+    stack.publish(good("warm", WARM), rate_per_s=1000)
+    if not stack.progress.wait_for(WARM, 180):
         raise RuntimeError(f"the worker did not start serving; see {stack.workdir}")
 
 
