@@ -13,8 +13,9 @@ from pipeline_factories import classifier, pending
 from prometheus_client import CollectorRegistry
 
 from worker.compute_threads import ComputeUnhealthy
+from worker.config import WorkerSettings
 from worker.executor import ThreadExecutor
-from worker.models import LoadedModel
+from worker.models import LoadedModel, ModelRegistry, ModelSpec
 from worker.pending import Batch
 
 HANG = 7.0
@@ -126,3 +127,32 @@ def test_shutdown_finishes_what_was_queued_behind_a_hung_batch(
     executor.shutdown()  # returns once the queued batch has run on the fresh thread
     assert hung.done() and queued.done()
     assert queued.result().results[0].error is None
+
+
+def test_a_models_own_timeout_wins_over_the_configured_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("INFERLANE_COMPUTE__TIMEOUT_S", "30")
+    monkeypatch.setenv("INFERLANE_COMPUTE__MAX_HUNG_THREADS", "5")
+    compute = WorkerSettings().compute
+    specs = [
+        ModelSpec.model_validate(
+            {
+                "name": name,
+                "version": "1",
+                "format": "export",
+                "path": "/nowhere.pt2",
+                "adapter": {"kind": "regressor", "features": 4},
+                **extra,
+            }
+        )
+        for name, extra in (("slow", {"compute_timeout_s": 120.0}), ("plain", {}))
+    ]
+    executor = ThreadExecutor.configured(ModelRegistry(specs), compute, CollectorRegistry())
+    try:
+        assert executor._timeout_s_for is not None
+        assert executor._timeout_s_for("slow") == 120.0
+        assert executor._timeout_s_for("plain") == 30.0
+        assert executor.hung.limit == 5
+    finally:
+        executor.shutdown()
