@@ -17,6 +17,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
 from consumers.contract import InferenceRequest, InferenceResult
+from consumers.security import KafkaSecurity
 
 DEFAULT_TOPIC = "inferlane.requests"
 DEFAULT_RESULTS = "inferlane.results"
@@ -27,16 +28,34 @@ READER_CONFIG = {"fetch_max_bytes": 8 * 2**20, "receive_message_max_bytes": 16 *
 
 
 class InferlaneClient:
-    def __init__(self, bootstrap: str, *, results_topic: str = DEFAULT_RESULTS) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        results_topic: str = DEFAULT_RESULTS,
+        security: KafkaSecurity | None = None,
+        api_version: tuple[int, ...] | None = None,
+    ) -> None:
+        """``api_version`` (say ``(3, 7)``) skips kafka-python's probe of the broker."""
         self._bootstrap = bootstrap
         self._results_topic = results_topic
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+        # Every client this object builds connects the same way.
+        self._connection: dict[str, object] = {
+            **(security or KafkaSecurity()).kafka_python_kwargs(),
+            "api_version": api_version,
+        }
+        self._producer = KafkaProducer(
+            bootstrap_servers=bootstrap, linger_ms=5, acks="all", **self._connection
+        )
         self._consumer: KafkaConsumer | None = None
 
     def watch_results(self) -> None:
         """Start reading results from now on; call before publishing what you await."""
         consumer = KafkaConsumer(
-            bootstrap_servers=self._bootstrap, enable_auto_commit=False, **READER_CONFIG
+            bootstrap_servers=self._bootstrap,
+            enable_auto_commit=False,
+            **READER_CONFIG,
+            **self._connection,
         )
         partitions = consumer.partitions_for_topic(self._results_topic) or set()
         tps = [TopicPartition(self._results_topic, p) for p in sorted(partitions)]

@@ -11,6 +11,8 @@ from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.producer.message_accumulator import BatchBuilder
 
+from consumers.security import KafkaSecurity
+
 # How long a topic that could not be resolved stays refused before it is asked for again.
 UNWRITABLE_TTL_S = 60.0
 
@@ -46,6 +48,7 @@ class Egress:
         max_request_bytes: int,
         metadata_timeout_s: float = 10.0,
         stable_topics: frozenset[str] = frozenset(),
+        security: KafkaSecurity | None = None,
     ) -> None:
         # No idempotence nor transactions: the embedded broker supports neither, and
         # results are at-least-once by contract (keyed by request id).
@@ -56,6 +59,7 @@ class Egress:
             linger_ms=linger_ms,
             max_request_size=max_request_bytes,
             max_batch_size=1_048_576,
+            **(security or KafkaSecurity()).aiokafka_kwargs(),
         )
         self._partitioner = DefaultPartitioner()
         self._partitions: dict[str, list[int]] = {}

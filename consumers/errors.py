@@ -78,3 +78,9 @@ class ResultTooLarge(InferlaneError):
 
 class Expired(InferlaneError):
     code = "expired"
+
+
+class ModelTimeout(InferlaneError):
+    """The batch holding this request ran past its model's compute timeout (a hung model)."""
+
+    code = "model_timeout"

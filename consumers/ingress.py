@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from consumers.offsets import TopicPartitionKey
 from consumers.records import RawRecord, SourceRef
+from consumers.security import KafkaSecurity
 
 PartitionsCallback = Callable[[set[TopicPartitionKey]], Awaitable[None]]
 
@@ -42,6 +43,7 @@ class Ingress:
         max_wait_ms: int,
         max_message_bytes: int,
         session_timeout_ms: int,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self._topics = topics
         self._urgent = urgent_topics
@@ -57,6 +59,7 @@ class Ingress:
             max_partition_fetch_bytes=max(1_048_576, 2 * max_message_bytes),
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=max(1000, session_timeout_ms // 10),
+            **(security or KafkaSecurity()).aiokafka_kwargs(),
         )
 
     async def start(self, on_assigned: PartitionsCallback, on_revoked: PartitionsCallback) -> None:

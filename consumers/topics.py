@@ -8,10 +8,18 @@ from collections.abc import Iterable
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from consumers.security import KafkaSecurity
 
-async def ensure_topics(bootstrap: str, names: Iterable[str], *, partitions: int) -> list[str]:
+
+async def ensure_topics(
+    bootstrap: str,
+    names: Iterable[str],
+    *,
+    partitions: int,
+    security: KafkaSecurity | None = None,
+) -> list[str]:
     """Create each missing topic with ``partitions`` partitions; return those created."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="inferlane-admin")
+    admin = admin_client(bootstrap, security)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -25,3 +33,11 @@ async def ensure_topics(bootstrap: str, names: Iterable[str], *, partitions: int
         return missing
     finally:
         await admin.close()
+
+
+def admin_client(bootstrap: str, security: KafkaSecurity | None = None) -> AIOKafkaAdminClient:
+    return AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap,
+        client_id="inferlane-admin",
+        **(security or KafkaSecurity()).aiokafka_kwargs(),
+    )

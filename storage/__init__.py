@@ -3,7 +3,7 @@
 It takes plain records and imports nothing from ``worker`` or ``consumers``.
 """
 
-from storage.engine import make_engine
+from storage.engine import make_engine, redacted_url
 from storage.errors import RowsRefused, StoreUnavailable
 from storage.migrate import upgrade
 from storage.queries import (
@@ -28,6 +28,7 @@ __all__ = [
     "count_results",
     "drift_summary",
     "make_engine",
+    "redacted_url",
     "result_counts",
     "upgrade",
 ]

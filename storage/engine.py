@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 # Long enough to ride out another process's write or migration, short enough to surface
@@ -26,7 +27,18 @@ def make_engine(url: str) -> Engine:
     parsed = _with_shipped_driver(make_url(url))
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed)
-    return create_engine(parsed, pool_pre_ping=True, json_serializer=_json_dumps)
+    # hide_parameters: errors and logs show statements, never the values (request data).
+    return create_engine(
+        parsed, pool_pre_ping=True, json_serializer=_json_dumps, hide_parameters=True
+    )
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with its password shown as ``***``: the form to print or log."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:  # not a URL at all: print nothing of it
+        return "<unparsable database URL>"
 
 
 @contextmanager
@@ -59,7 +71,7 @@ def _sqlite_engine(url: URL) -> Engine:
     database = url.database
     if database and database != ":memory:" and not url.query.get("uri"):
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, json_serializer=_json_dumps)
+    engine = create_engine(url, json_serializer=_json_dumps, hide_parameters=True)
     event.listen(engine, "connect", _sqlite_on_connect)
     event.listen(engine, "begin", _sqlite_on_begin)
     return engine

@@ -38,6 +38,11 @@ class EmbeddedBroker:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The broker's process id while it runs (the chaos harness freezes it)."""
+        return None if self._proc is None else self._proc.pid
+
     def start(self) -> EmbeddedBroker:
         if self.port == 0:
             self.port = free_port(self.host)

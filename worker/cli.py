@@ -86,7 +86,8 @@ def run(
     """Serve requests from the lane topics until Ctrl-C; results to Kafka and SQL.
 
     HTTP on port 9400 by default: /metrics, /healthz, /readyz and a status page at /."""
-    from worker.ops.logs import configure, scrub
+    from storage import redacted_url
+    from worker.ops.logs import configure
     from worker.serve import load_registry, serve, tune_process, with_broker
 
     _terminate_like_ctrl_c()
@@ -109,7 +110,7 @@ def run(
     with contextlib.suppress(KeyboardInterrupt), with_broker(settings) as resolved:
         console.print(
             f"inferlane serving {', '.join(registry.names())} from [bold]{resolved.bootstrap}[/] "
-            f"into {scrub(resolved.database_url)}"
+            f"into {redacted_url(resolved.database_url)}"
         )
         asyncio.run(serve(resolved, registry))
 
@@ -145,7 +146,8 @@ def publish(
     if bootstrap is None:
         raise typer.BadParameter("--bootstrap (or INFERLANE_BOOTSTRAP) is required")
     sent = 0
-    with InferlaneClient(bootstrap) as client, file.open("rb") as lines:
+    security = WorkerSettings().kafka.security  # INFERLANE_KAFKA__SECURITY__* from env
+    with InferlaneClient(bootstrap, security=security) as client, file.open("rb") as lines:
         for line in lines:
             value = line.rstrip(b"\r\n")
             if value:
@@ -171,6 +173,7 @@ def demo(
     database: Database = None,
 ) -> None:
     """Embedded broker + SQLite + demo models: a labelled mixed workload, then a report."""
+    from storage import redacted_url
     from worker.demo import render, run_demo, workload
     from worker.serve import load_registry, with_broker
 
@@ -182,7 +185,8 @@ def demo(
         registry = load_registry(None)
     settings = _settings(database_url=url, bootstrap=os.environ.get("INFERLANE_BOOTSTRAP"))
     with with_broker(settings) as resolved:
-        console.print(f"broker {resolved.bootstrap}, database {resolved.database_url}")
+        database_shown = redacted_url(resolved.database_url)
+        console.print(f"broker {resolved.bootstrap}, database {database_shown}")
         items = workload(digits, diabetes, minilm, resolved)
         report = asyncio.run(run_demo(resolved, registry, items, console))
     render(report, console)

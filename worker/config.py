@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from consumers.contract import Priority
+from consumers.security import KafkaSecurity
 
 
 class _Frozen(BaseModel):
@@ -46,6 +47,7 @@ class KafkaConfig(_Frozen):
     linger_ms: int = 2
     # How long to wait for an unknown topic (a reply_to) before refusing its records.
     metadata_timeout_ms: int = Field(default=10_000, ge=100)
+    security: KafkaSecurity = KafkaSecurity()  # TLS and SASL, for every client
 
     @property
     def max_request_bytes(self) -> int:
@@ -164,6 +166,16 @@ class SchedulingConfig(_Frozen):
         }
 
 
+class ComputeConfig(_Frozen):
+    # A batch running longer than this (a hung model) fails its requests with model_timeout
+    # and its thread is replaced; a model's registry entry may set its own
+    # (compute_timeout_s). None: no limit.
+    timeout_s: float | None = Field(default=60.0, gt=0)
+    # Hung threads cannot be stopped, only left behind: past this many, the worker exits
+    # so that its supervisor restarts a clean process.
+    max_hung_threads: int = Field(default=3, ge=1)
+
+
 class WorkerSettings(BaseSettings):
     """Everything the worker needs; env ``INFERLANE_*`` (nested with ``__``) and CLI flags."""
 
@@ -183,6 +195,7 @@ class WorkerSettings(BaseSettings):
     model_store: ModelStoreConfig = ModelStoreConfig()
     ops: OpsConfig = OpsConfig()
     scheduling: SchedulingConfig = SchedulingConfig()
+    compute: ComputeConfig = ComputeConfig()
 
     @model_validator(mode="after")
     def _distinct_topics(self) -> WorkerSettings:

@@ -69,7 +69,11 @@ async def run_demo(
     # Leaving the block drains the worker: every result is in SQL after it.
     async with Worker(settings, registry):
         reader = await _results_reader(settings)
-        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, linger_ms=5)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=settings.bootstrap,
+            linger_ms=5,
+            **settings.kafka.security.aiokafka_kwargs(),
+        )
         await producer.start()
         try:
             started = time.monotonic()
@@ -97,7 +101,11 @@ async def run_demo(
 
 
 async def _results_reader(settings: WorkerSettings) -> AIOKafkaConsumer:
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap,
+        enable_auto_commit=False,
+        **settings.kafka.security.aiokafka_kwargs(),
+    )
     await consumer.start()
     topic = settings.topics.results
     await consumer.topics()  # refresh metadata: the worker has just created the topic

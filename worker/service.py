@@ -83,7 +83,9 @@ class Worker:
             shares=self._scheduler.shares,
         )
         self._tracker = OffsetTracker()
-        self._executor: Executor = ThreadExecutor(registry.get)
+        self._executor: Executor = ThreadExecutor.configured(
+            registry, settings.compute, self.metrics.registry
+        )
         topics, kafka = settings.topics, settings.kafka
         self._lane_of_topic = topics.lane_topics()
         self._admission = Admission(
@@ -104,6 +106,7 @@ class Worker:
             max_wait_ms=kafka.fetch_max_wait_ms,
             max_message_bytes=kafka.max_message_bytes,
             session_timeout_ms=kafka.session_timeout_ms,
+            security=kafka.security,
         )
         self._egress = Egress(
             bootstrap=settings.bootstrap,
@@ -112,6 +115,7 @@ class Worker:
             max_request_bytes=kafka.max_request_bytes,
             metadata_timeout_s=kafka.metadata_timeout_ms / 1000,
             stable_topics=frozenset({topics.results, topics.dead_letters}),
+            security=kafka.security,
         )
         self._done = CompletionQueue()
         # Published chunks waiting for SQL, with whether each holds a bulk slot: when SQL
@@ -157,10 +161,13 @@ class Worker:
             config=s.sink,
         )
         names = [*self._lane_of_topic, s.topics.results, s.topics.dead_letters]
-        await ensure_topics(s.bootstrap, names, partitions=s.topics.partitions)
+        await ensure_topics(
+            s.bootstrap, names, partitions=s.topics.partitions, security=s.kafka.security
+        )
         await self._egress.start()
         await self._ingress.start(self._on_assigned, self._on_revoked)
         self._failed = asyncio.get_running_loop().create_future()
+        self._executor.fail_into(self._failed)  # too many hung models: exit, get restarted
         self._tasks = [
             asyncio.create_task(self._intake(), name="inferlane-intake"),
             asyncio.create_task(self._schedule(), name="inferlane-schedule"),

@@ -1,7 +1,13 @@
-"""The model registry file: pydantic models for each model's spec, parsed from TOML."""
+"""The model registry file: pydantic models for each model's spec, parsed from TOML.
+
+The registry is trusted configuration: a ``factory`` entry names Python code that the
+worker imports and runs. So a registry file that any user of the machine could rewrite
+is refused.
+"""
 
 from __future__ import annotations
 
+import stat
 import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
@@ -86,6 +92,8 @@ class ModelSpec(_Config):
     optimize: Literal["compile"] | None = None
     optimize_tolerance: Annotated[float, Field(gt=0)] = 1e-4
     scheduling: ControllerParams = ControllerParams()  # batch controller (docs/SCHEDULING.md)
+    # Overrides the worker's compute timeout (settings.compute.timeout_s) for this model.
+    compute_timeout_s: Annotated[float, Field(gt=0)] | None = None
 
     @model_validator(mode="after")
     def _factory_iff_factory_format(self) -> ModelSpec:
@@ -111,6 +119,20 @@ class RegistryFile(_Config):
 
     @classmethod
     def from_toml(cls, path: Path) -> RegistryFile:
+        _refuse_world_writable(path)
         with path.open("rb") as file:
             data = tomllib.load(file)
         return cls.model_validate(data, context={"base": path.resolve().parent})
+
+
+def _refuse_world_writable(path: Path) -> None:
+    """A registry anyone can rewrite (the file, or a folder without the sticky bit that
+    lets anyone replace it) would let anyone run code in the worker."""
+    for where in (path, path.resolve().parent):
+        mode = where.stat().st_mode
+        replaceable = where.is_file() or not mode & stat.S_ISVTX
+        if mode & stat.S_IWOTH and replaceable:
+            raise PermissionError(
+                f"refusing the model registry {path}: {where} is writable by every user, "
+                "and the registry names code the worker runs (chmod o-w it)"
+            )

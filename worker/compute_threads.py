@@ -1,0 +1,138 @@
+"""Compute threads under a watchdog, for hung models.
+
+Python cannot stop a thread, so a batch that overruns its model's compute timeout is
+abandoned instead: its requests fail with ``model_timeout``, the thread stuck in it is
+left behind (a daemon, so it never holds the process), and the batches queued behind it
+move to a fresh thread. Every abandoned thread is counted (metric and log); past a limit
+the backend reports itself unhealthy, so that the worker exits and its supervisor starts
+a clean process (uncommitted offsets make the restart safe).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from prometheus_client import CollectorRegistry, Counter
+
+from worker.pending import Batch
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+_names = itertools.count(1)
+
+
+class ComputeUnhealthy(RuntimeError):
+    """Too many compute threads hung: the process should be restarted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Running(Generic[R]):
+    batch: Batch
+    future: Future[R]
+    started_s: float  # monotonic
+
+
+def settle(future: Future[R], outcome: R | BaseException) -> None:
+    """Resolve ``future`` unless something (a timeout, a cancel) already did."""
+    with contextlib.suppress(InvalidStateError):
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+
+class ComputeThread(Generic[R]):
+    """One daemon thread running queued batches in order; ``lock`` is its owner's, held
+    while the thread publishes what it is running, so the watchdog and the thread agree
+    on whether a batch finished or was abandoned."""
+
+    def __init__(self, work: Callable[[Batch], R], lock: threading.Lock) -> None:
+        self.name = f"inferlane-compute-{next(_names)}"
+        self.jobs: queue.SimpleQueue[tuple[Batch, Future[R]] | None] = queue.SimpleQueue()
+        self.running: Running[R] | None = None
+        self.abandoned = False
+        self._work = work
+        self._lock = lock
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def join(self, timeout_s: float) -> bool:
+        """True once the thread has ended."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def hand_over(self, to: ComputeThread[R]) -> None:
+        """Move every queued job to ``to`` (the caller holds the lock)."""
+        while True:
+            try:
+                to.jobs.put(self.jobs.get_nowait())
+            except queue.Empty:
+                return
+
+    def _loop(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            batch, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            running = Running(batch, future, time.monotonic())
+            with self._lock:
+                self.running = running
+            outcome: R | BaseException
+            try:
+                outcome = self._work(batch)
+            except BaseException as exc:  # carried to the submitter, as a pool would
+                outcome = exc
+            with self._lock:
+                self.running = None
+                abandoned = self.abandoned
+            if abandoned:  # the watchdog has answered for this batch and moved on
+                log.warning("%s: a hung batch of %r returned after all", self.name, batch.model)
+                return
+            settle(future, outcome)
+
+
+class HungThreads:
+    """Counts abandoned compute threads; at ``limit`` the backend gives up (``unhealthy``)."""
+
+    def __init__(self, limit: int | None, registry: CollectorRegistry | None) -> None:
+        self.count = 0
+        self.limit = limit
+        self.unhealthy: Future[None] = Future()
+        self._metric = Counter(
+            "inferlane_hung_compute_threads",
+            "Compute threads abandoned in a batch that overran its compute timeout",
+            ["model"],
+            registry=registry,
+        )
+
+    def report(self, thread_name: str, model: str, timeout_s: float) -> None:
+        self.count += 1
+        self._metric.labels(model).inc()
+        log.error(
+            "%s hung in a batch of %r for over %g s: its requests fail with model_timeout and "
+            "a fresh compute thread takes over (%d hung so far, limit %s)",
+            thread_name,
+            model,
+            timeout_s,
+            self.count,
+            self.limit,
+        )
+        if self.limit is not None and self.count >= self.limit:
+            reason = ComputeUnhealthy(
+                f"{self.count} compute threads hung (limit {self.limit}): restart the worker"
+            )
+            log.critical("%s", reason)
+            settle(self.unhealthy, reason)
