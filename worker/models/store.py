@@ -243,7 +243,8 @@ class TieredStore:
         if isinstance(parked.module, torch.nn.Module) and parked.device != self._device_type:
             module = parked.module.to(self._device_type, non_blocking=True)
             model = dataclasses.replace(parked, module=module, device=self._device_type)
-        _warm(model)
+            _warm(model)  # moved: the first batch on the device should not pay for set-up
+        # Not moved (CPU only): the module is the one warmed at load, nothing to redo.
         with self._lock:
             del self._host[name]
             self._device[name] = model
