@@ -198,6 +198,7 @@ def main() -> None:
     print(f"{MODELS} models of {each:,} measured bytes; device budget 2.5x, host 3.5x")
     for label, trace in traces.items():
         print(label, workload(path, each, trace))
+    print("rss", rss_over_swaps(path, each, args.swaps))
     a, b = f"{COPY_PREFIX}1", f"{COPY_PREFIX}2"
     print("promotion_vs_cold_load digits", promotion_vs_load(path, a, b, each, args.rounds))
     demo = folder / "registry.toml"
@@ -208,7 +209,6 @@ def main() -> None:
     print(
         "promotion_vs_cold_load minilm", promotion_vs_load(demo, "minilm", "digits", minilm, rounds)
     )
-    print("rss", rss_over_swaps(path, each, args.swaps))
     print("cuda_copies", pinned_bandwidth() or "skipped: no CUDA device")
 
 
