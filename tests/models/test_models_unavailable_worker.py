@@ -25,13 +25,16 @@ async def test_worker_serves_the_others_while_models_are_unavailable(
     broken = [
         {"request_id": f"lost-{i}", "model": "lost", "inputs": [0.0] * 64} for i in range(5)
     ] + [{"request_id": f"mute-{i}", "model": "mute", "inputs": "some text"} for i in range(5)]
-    async with Worker(settings, registry):
+    async with Worker(settings, registry) as worker:
         with InferlaneClient(broker.bootstrap) as client:
             await asyncio.to_thread(client.watch_results)
             ids = await asyncio.to_thread(client.publish, good[:20])
             ids += await asyncio.to_thread(client.publish, broken)
             ids += await asyncio.to_thread(client.publish, good[20:])
             results = await asyncio.to_thread(client.results, ids, timeout_s=90)
+        metrics = worker.metrics.registry  # the store's metrics sit on the worker's registry
+        assert metrics.get_sample_value("inferlane_model_unavailable", {"model": "lost"}) == 1
+        assert metrics.get_sample_value("inferlane_model_tier_bytes", {"tier": "device"}) > 0
     for request in good:
         assert results[request.request_id].status == Status.OK
     for i in range(5):
