@@ -1,15 +1,18 @@
-"""Finding 5 end to end: broken models never stop intake or the other models."""
+"""End to end: broken or loading models never stop intake or the other models."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
+
+import torch
 
 from consumers.client import InferlaneClient
 from consumers.contract import Status
 from worker.broker import EmbeddedBroker
-from worker.config import WorkerSettings
-from worker.models import ModelRegistry
+from worker.config import ModelStoreConfig, WorkerSettings
+from worker.models import Adapter, LoadedModel, ModelRegistry, ModelSpec, load_model
 from worker.service import Worker
 from worker.workload import digits_requests
 
@@ -43,3 +46,55 @@ async def test_worker_serves_the_others_while_models_are_unavailable(
         assert lost.error.code == "model_unavailable"
         assert mute.status == Status.REJECTED and mute.error is not None
         assert mute.error.code == "model_unavailable"
+
+
+async def test_a_cold_load_blocks_neither_other_models_nor_itself_twice(
+    broker: EmbeddedBroker, tmp_path: Path, copies_path: Path
+) -> None:
+    cold, warm = "digits-copy-1", "digits-copy-2"
+    opened = threading.Event()
+    opened.set()  # open while the worker warms up
+    calls: list[str] = []
+
+    def gated(spec: ModelSpec, device: torch.device, adapter: Adapter) -> LoadedModel:
+        calls.append(spec.name)
+        assert opened.wait(60)
+        return load_model(spec, device, adapter)
+
+    path = tmp_path / "registry.toml"
+    path.write_text(
+        "".join(
+            f'[[models]]\nname = "{name}"\nversion = "1"\nformat = "export"\n'
+            f'path = "{copies_path.parent / name}.pt2"\n'
+            'adapter = { kind = "classifier", features = 64, num_classes = 10 }\n'
+            for name in (cold, warm)
+        )
+    )
+    registry = ModelRegistry.from_toml(path, loader=gated)
+    each = 40_000  # a digits copy holds 38,952 bytes of tensors
+    settings = WorkerSettings(
+        bootstrap=broker.bootstrap,
+        database_url=f"sqlite:///{tmp_path / 'r.db'}",
+        model_store=ModelStoreConfig(device_bytes=each, host_bytes=0),
+    )
+    async with Worker(settings, registry):
+        assert set(registry.placements()) == {warm}  # warmed last; the other was pushed out
+        opened.clear()
+        calls.clear()
+        with InferlaneClient(broker.bootstrap) as client:
+            await asyncio.to_thread(client.watch_results)
+            waiting = [
+                {"request_id": f"c{i}", "model": cold, "inputs": [0.0] * 64} for i in range(30)
+            ]
+            served = [
+                {"request_id": f"w{i}", "model": warm, "inputs": [0.0] * 64} for i in range(30)
+            ]
+            cold_ids = await asyncio.to_thread(client.publish, waiting)
+            warm_ids = await asyncio.to_thread(client.publish, served)
+            results = await asyncio.to_thread(client.results, warm_ids, timeout_s=60)
+            assert all(r.status == Status.OK for r in results.values())
+            assert calls == [cold]  # one load under way, for every cold request
+            opened.set()
+            results = await asyncio.to_thread(client.results, cold_ids, timeout_s=60)
+            assert all(r.status == Status.OK for r in results.values())
+            assert calls == [cold]
