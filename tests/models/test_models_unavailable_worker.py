@@ -61,26 +61,29 @@ async def test_a_cold_load_blocks_neither_other_models_nor_itself_twice(
         assert opened.wait(60)
         return load_model(spec, device, adapter)
 
-    path = tmp_path / "registry.toml"
-    path.write_text(
-        "".join(
-            f'[[models]]\nname = "{name}"\nversion = "1"\nformat = "export"\n'
+    def registry_text(cold_version: str) -> str:
+        return "".join(
+            f'[[models]]\nname = "{name}"\nversion = "{version}"\nformat = "export"\n'
             f'path = "{copies_path.parent / name}.pt2"\n'
             'adapter = { kind = "classifier", features = 64, num_classes = 10 }\n'
-            for name in (cold, warm)
+            for name, version in ((cold, cold_version), (warm, "1"))
         )
-    )
+
+    path = tmp_path / "registry.toml"
+    path.write_text(registry_text("1"))
     registry = ModelRegistry.from_toml(path, loader=gated)
-    each = 40_000  # a digits copy holds 38,952 bytes of tensors
     settings = WorkerSettings(
         bootstrap=broker.bootstrap,
         database_url=f"sqlite:///{tmp_path / 'r.db'}",
-        model_store=ModelStoreConfig(device_bytes=each, host_bytes=0),
+        # Room for both on the device (38,952 bytes each); reloads only when told.
+        model_store=ModelStoreConfig(device_bytes=100_000, host_bytes=0, watch_interval_s=0),
     )
     async with Worker(settings, registry):
-        assert set(registry.placements()) == {warm}  # warmed last; the other was pushed out
+        assert set(registry.placements()) == {cold, warm}
         opened.clear()
         calls.clear()
+        path.write_text(registry_text("2"))  # a new version of one: cold until it loads
+        await asyncio.to_thread(registry.reload)
         with InferlaneClient(broker.bootstrap) as client:
             await asyncio.to_thread(client.watch_results)
             waiting = [
@@ -90,11 +93,16 @@ async def test_a_cold_load_blocks_neither_other_models_nor_itself_twice(
                 {"request_id": f"w{i}", "model": warm, "inputs": [0.0] * 64} for i in range(30)
             ]
             cold_ids = await asyncio.to_thread(client.publish, waiting)
-            warm_ids = await asyncio.to_thread(client.publish, served)
-            results = await asyncio.to_thread(client.results, warm_ids, timeout_s=60)
-            assert all(r.status == Status.OK for r in results.values())
-            assert calls == [cold]  # one load under way, for every cold request
-            opened.set()
+            try:
+                while not calls:  # its load has started, and waits at the gate
+                    await asyncio.sleep(0.01)
+                warm_ids = await asyncio.to_thread(client.publish, served)
+                results = await asyncio.to_thread(client.results, warm_ids, timeout_s=60)
+                assert all(r.status == Status.OK for r in results.values())
+                assert calls == [cold]  # one load under way, for every cold request
+            finally:
+                opened.set()
             results = await asyncio.to_thread(client.results, cold_ids, timeout_s=60)
             assert all(r.status == Status.OK for r in results.values())
+            assert {r.model_version for r in results.values()} == {"2"}
             assert calls == [cold]
