@@ -17,33 +17,42 @@ from worker.models.measure import tensor_bytes
 
 
 class Lease:
-    """Counts forward passes in progress, so an evicted module is freed only when idle."""
+    """Counts forward passes in progress, so an evicted module is moved or freed only
+    when no batch is running on it."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._idle = threading.Condition()
         self._active = 0
         self._on_idle: Callable[[], None] | None = None
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
-        with self._lock:
+        with self._idle:
             self._active += 1
         try:
             yield
         finally:
-            with self._lock:
+            free = None
+            with self._idle:
                 self._active -= 1
-                free, self._on_idle = (self._on_idle, None) if not self._active else (None, None)
+                if not self._active:
+                    free, self._on_idle = self._on_idle, None
+                    self._idle.notify_all()
             if free is not None:
                 free()
 
     def release(self, free: Callable[[], None]) -> None:
         """Call ``free`` now, or when the last forward pass in progress ends."""
-        with self._lock:
+        with self._idle:
             if self._active:
                 self._on_idle = free
                 return
         free()
+
+    def wait_idle(self) -> None:
+        """Until no forward pass runs (the compute thread never waits on the loader)."""
+        with self._idle:
+            self._idle.wait_for(lambda: not self._active)
 
 
 @dataclass

@@ -243,7 +243,8 @@ class TieredStore:
         if isinstance(parked.module, torch.nn.Module) and parked.device != self._device_type:
             module = parked.module.to(self._device_type, non_blocking=True)
             model = dataclasses.replace(parked, module=module, device=self._device_type)
-        _warm(model)
+            _warm(model)  # moved: the first batch on the device should not pay for set-up
+        # Not moved (CPU only): the module is the one warmed at load, nothing to redo.
         with self._lock:
             del self._host[name]
             self._device[name] = model
@@ -254,9 +255,11 @@ class TieredStore:
         started = time.perf_counter()
         with self._lock:
             model = self._device.pop(move.name, None) or self._host.pop(move.name, None)
-            if move.target is Tier.HOST and model is not None:
-                self._host[move.name] = _to_host(model)
             self._place(move, self._charges.get(move.name, Resident(move.name, 0, 0)))
+        if move.target is Tier.HOST and model is not None:
+            parked = _to_host(model)  # outside the lock: it may wait for a running batch
+            with self._lock:
+                self._host[move.name] = parked
         if move.target is Tier.DISK and model is not None and free:
             module = model.module
             model.lease.release(lambda: free_tensors(module))
@@ -351,6 +354,7 @@ def _to_host(model: LoadedModel) -> LoadedModel:
     """On CUDA, weights back to page-locked host memory (fast, async copies up again)."""
     if model.device.type != "cuda" or not isinstance(model.module, torch.nn.Module):
         return model  # on a CPU-only machine host and device are the same memory
+    model.lease.wait_idle()  # the move is in place: no batch may be running on it
     module = model.module.to("cpu")
     for tensor in (*module.parameters(), *module.buffers()):
         tensor.data = tensor.data.pin_memory()
