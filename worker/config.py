@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from consumers.contract import Priority
+from worker.drift.thresholds import DriftThresholds
 
 
 class _Frozen(BaseModel):
@@ -72,6 +73,20 @@ class SinkConfig(_Frozen):
     retry_backoff_max_s: float = Field(default=10.0, gt=0)
 
 
+class DriftConfig(_Frozen):
+    """Drift windows, references and late labels (docs/DRIFT.md)."""
+
+    enabled: bool = True
+    window_s: int = Field(default=60, ge=1)  # stored windows; the CLI joins them into larger
+    reference_rows: int = Field(default=500, ge=10)  # first results of a version: reference
+    bins: int = Field(default=10, ge=2)  # numeric series: quantile bins of the reference
+    flush_s: float = Field(default=1.0, gt=0)
+    # Defaults for every model; a registry entry's ``drift`` table overrides them.
+    thresholds: DriftThresholds = DriftThresholds()
+    labels_topic: str | None = "inferlane.labels"  # None: no late labels
+    label_wait_s: float = Field(default=600.0, gt=0)  # unknown ids then go to dead letters
+
+
 class WorkerSettings(BaseSettings):
     """Everything the worker needs; env ``INFERLANE_*`` (nested with ``__``) and CLI flags."""
 
@@ -88,6 +103,7 @@ class WorkerSettings(BaseSettings):
     batching: BatchConfig = BatchConfig()
     lanes: LaneConfig = LaneConfig()
     sink: SinkConfig = SinkConfig()
+    drift: DriftConfig = DriftConfig()
 
     @model_validator(mode="after")
     def _distinct_topics(self) -> WorkerSettings:

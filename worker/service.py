@@ -30,6 +30,7 @@ from worker.backpressure import paused_topics
 from worker.batcher import Batcher
 from worker.completion import CompletionQueue
 from worker.config import WorkerSettings
+from worker.drift.runtime import Drift
 from worker.executor import BatchRun, Executor, ThreadExecutor
 from worker.lanes import Lanes
 from worker.metrics import WorkerMetrics
@@ -106,6 +107,7 @@ class Worker:
         self._tasks: list[asyncio.Task[None]] = []
         self._failed: asyncio.Future[None] | None = None  # a stage's bug, raised by wait()
         self._writing: asyncio.Future[None] | None = None  # the SQL write under way
+        self._drift: Drift | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -113,6 +115,7 @@ class Worker:
         s = self.settings
         assert s.bootstrap is not None
         self._store = await asyncio.to_thread(ResultStore, s.database_url)
+        self._drift = await Drift.start(s, self._store.engine, self._registry, self.metrics)
         # Load every model before joining the group, so the first requests pay no load time.
         await asyncio.to_thread(self._warm_up)
         # What exists now (modules, weights, libraries) lives as long as the process: keep
@@ -173,6 +176,8 @@ class Worker:
         await self._ingress.stop()
         await self._egress.stop()
         await asyncio.to_thread(self._executor.shutdown)
+        if self._drift is not None:
+            await self._drift.stop()
         if self._store is not None:
             self._store.close()
 
@@ -271,6 +276,8 @@ class Worker:
             if self._failed is not None and not self._failed.done():
                 self._failed.set_exception(exc)
             return
+        if self._drift is not None:
+            self._drift.observe(batch, outcomes)
         self._finish(outcomes)
 
     def _batch_limit(self, model: str) -> int:

@@ -16,6 +16,7 @@ from pydantic import (
     model_validator,
 )
 
+from worker.drift.thresholds import DriftThresholds
 from worker.models.adapters import (
     Adapter,
     ClassifierAdapter,
@@ -81,6 +82,7 @@ class ModelSpec(_Config):
     factory: Annotated[str, Field(pattern=r"^[\w.]+:\w+$")] | None = None
     adapter: AdapterConfig
     max_batch: Annotated[int, Field(ge=1)] = 256
+    drift: DriftThresholds | None = None  # None: the worker's [drift] thresholds
 
     @model_validator(mode="after")
     def _factory_iff_factory_format(self) -> ModelSpec:

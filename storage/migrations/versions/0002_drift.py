@@ -70,9 +70,7 @@ def upgrade() -> None:
         sa.Column("wrong", sa.BigInteger(), nullable=False),
         sa.Column("abs_error_sum", sa.Double(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint(
-            "model", "model_version", "window_start", name="pk_drift_windows"
-        ),
+        sa.PrimaryKeyConstraint("model", "model_version", "window_start", name="pk_drift_windows"),
     )
     op.create_index("ix_drift_windows_window_start", "drift_windows", ["window_start"])
     op.create_table(
