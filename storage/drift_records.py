@@ -11,6 +11,11 @@ OUTPUT = "output"  # series: the prediction (class label or number)
 INPUT = "input"  # series: the mean of a numeric input's features
 
 
+def as_utc(value: datetime) -> datetime:
+    """SQLite hands timestamps back naive; they were written as UTC."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 def window_start(at: datetime, window_s: int) -> datetime:
     """The start of the ``window_s``-long window holding ``at`` (aligned to the epoch)."""
     epoch_s = int(at.timestamp())

@@ -14,13 +14,13 @@ from sqlalchemy import Connection, Engine, Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
-from storage.drift_records import Reference, WindowDelta, WindowKey, WindowStats
+from storage.drift_records import Reference, WindowDelta, WindowKey, WindowStats, as_utc
 from storage.engine import begin_write
 from storage.errors import unavailable_on_transient_errors
 from storage.schema import drift_bins, drift_flags, drift_references, drift_windows
 
 
-def _insert(table: Table, dialect: str) -> Any:
+def dialect_insert(table: Table, dialect: str) -> Any:
     if dialect == "sqlite":
         return sqlite.insert(table)
     if dialect == "postgresql":
@@ -32,7 +32,7 @@ def _adding(
     table: Table, dialect: str, summed: tuple[str, ...], replaced: tuple[str, ...]
 ) -> Insert:
     """INSERT ... ON CONFLICT (primary key) DO UPDATE SET col = col + excluded.col."""
-    stmt = _insert(table, dialect)
+    stmt = dialect_insert(table, dialect)
     set_: dict[str, Any] = {c: table.c[c] + stmt.excluded[c] for c in summed}
     set_.update({c: stmt.excluded[c] for c in replaced})
     return stmt.on_conflict_do_update(index_elements=[c.name for c in table.primary_key], set_=set_)
@@ -42,7 +42,17 @@ def add_windows(engine: Engine, deltas: Mapping[WindowKey, WindowDelta], window_
     """Add the counts of each window, all in one transaction."""
     if not deltas:
         return
-    dialect = engine.dialect.name
+    with unavailable_on_transient_errors(), begin_write(engine) as conn:
+        add_windows_in(conn, deltas, window_s)
+
+
+def add_windows_in(
+    conn: Connection, deltas: Mapping[WindowKey, WindowDelta], window_s: int
+) -> None:
+    """``add_windows`` inside the caller's transaction."""
+    if not deltas:
+        return
+    dialect = conn.dialect.name
     now = datetime.now(UTC)
     windows, bins = [], []
     for key, d in deltas.items():
@@ -63,11 +73,10 @@ def add_windows(engine: Engine, deltas: Mapping[WindowKey, WindowDelta], window_
             }
         )
         bins += [{**base, "series": s, "bin": b, "count": n} for (s, b), n in d.bins.items()]
-    with unavailable_on_transient_errors(), begin_write(engine) as conn:
-        summed = ("rows", "labelled", "wrong", "abs_error_sum")
-        conn.execute(_adding(drift_windows, dialect, summed, ("updated_at",)), windows)
-        if bins:
-            conn.execute(_adding(drift_bins, dialect, ("count",), ()), bins)
+    summed = ("rows", "labelled", "wrong", "abs_error_sum")
+    conn.execute(_adding(drift_windows, dialect, summed, ("updated_at",)), windows)
+    if bins:
+        conn.execute(_adding(drift_bins, dialect, ("count",), ()), bins)
 
 
 def load_references(engine: Engine) -> dict[tuple[str, str, str], Reference]:
@@ -102,7 +111,7 @@ def save_reference(engine: Engine, ref: Reference) -> None:
         }
         for i, (count, lower) in enumerate(zip(ref.counts, ref.lowers, strict=True))
     ]
-    stmt = _insert(drift_references, engine.dialect.name).on_conflict_do_nothing()
+    stmt = dialect_insert(drift_references, engine.dialect.name).on_conflict_do_nothing()
     with unavailable_on_transient_errors(), begin_write(engine) as conn:
         if _has_reference(conn, ref):
             return
@@ -121,7 +130,7 @@ def record_flag(
     engine: Engine, key: WindowKey, metric: str, value: float, threshold: float
 ) -> bool:
     """Store a flag; True when it is new (so the caller counts and logs it once)."""
-    stmt = _insert(drift_flags, engine.dialect.name).on_conflict_do_nothing()
+    stmt = dialect_insert(drift_flags, engine.dialect.name).on_conflict_do_nothing()
     row = {
         "model": key.model,
         "model_version": key.model_version,
@@ -159,10 +168,10 @@ def read_windows(
     stats: dict[tuple[str, str, datetime], WindowStats] = {}
     with unavailable_on_transient_errors(), engine.connect() as conn:
         for m, v, start, span, rows, labelled, wrong, abs_sum in conn.execute(wq):
-            start = _utc(start)
+            start = as_utc(start)
             stats[(m, v, start)] = WindowStats(m, v, start, span, rows, labelled, wrong, abs_sum)
         for m, v, start, series, bin_, count in conn.execute(bq):
-            window = stats.get((m, v, _utc(start)))
+            window = stats.get((m, v, as_utc(start)))
             if window is not None:
                 window.bins.setdefault(series, {})[bin_] = int(count)
     return [stats[k] for k in sorted(stats)]
@@ -182,9 +191,4 @@ def read_flags(
         query = query.where(f.c.window_start >= since)
     with unavailable_on_transient_errors(), engine.connect() as conn:
         rows = conn.execute(query.order_by(f.c.window_start, f.c.model, f.c.metric)).all()
-    return [(WindowKey(m, v, _utc(s)), metric, val, thr) for m, v, s, metric, val, thr in rows]
-
-
-def _utc(value: datetime) -> datetime:
-    # SQLite hands timestamps back naive; they were written as UTC.
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return [(WindowKey(m, v, as_utc(s)), metric, val, thr) for m, v, s, metric, val, thr in rows]

@@ -157,6 +157,10 @@ drift_labels = Table(
     metadata,
     Column("request_id", String(128), primary_key=True),
     Column("expected", JSON, nullable=False),
+    Column("value", Text, nullable=False),  # the record as it came, for its dead letter
+    Column("source_topic", String(255), nullable=False),
+    Column("source_partition", Integer, nullable=False),
+    Column("source_offset", BigInteger, nullable=False),
     Column("received_at", DateTime(timezone=True), nullable=False),
     Index(None, "received_at"),
 )

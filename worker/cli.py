@@ -181,3 +181,8 @@ def demo(
         items = workload(digits, diabetes, minilm, resolved)
         report = asyncio.run(run_demo(resolved, registry, items, console))
     render(report, console)
+
+
+from worker.drift.cli import register as _register_drift  # noqa: E402
+
+_register_drift(app)

@@ -117,6 +117,10 @@ def upgrade() -> None:
         "drift_labels",
         sa.Column("request_id", sa.String(128), nullable=False),
         sa.Column("expected", sa.JSON(), nullable=False),
+        sa.Column("value", sa.Text(), nullable=False),
+        sa.Column("source_topic", sa.String(255), nullable=False),
+        sa.Column("source_partition", sa.Integer(), nullable=False),
+        sa.Column("source_offset", sa.BigInteger(), nullable=False),
         sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("request_id", name="pk_drift_labels"),
     )

@@ -1,0 +1,104 @@
+"""``inferlane report``: one row of plots per model version, and a text summary.
+
+Left: labelled error per window with its threshold; middle: PSI of output and input
+per window, with the PSI threshold and flagged windows shaded; right: the output
+distribution of the last window against the reference.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display needed
+
+import matplotlib.pyplot as plt
+from sqlalchemy import Engine
+
+from storage.drift_records import CATEGORICAL, INPUT, OUTPUT
+from worker.drift.evaluate import Verdict
+from worker.drift.thresholds import DriftThresholds
+from worker.drift.views import Window, references_of, verdicts
+
+
+def write_report(
+    engine: Engine,
+    out: Path,
+    *,
+    model: str | None,
+    since: datetime | None,
+    default: DriftThresholds,
+    per_model: dict[str, DriftThresholds],
+) -> list[str]:
+    """Write the PNG to ``out``; return the summary lines."""
+    found = verdicts(
+        engine, model=model, since=since, window=Window(), default=default, per_model=per_model
+    )
+    groups: dict[tuple[str, str], list[Verdict]] = {}
+    for v in found:
+        groups.setdefault((v.window.model, v.window.model_version), []).append(v)
+    rows = max(1, len(groups))
+    fig, axes = plt.subplots(rows, 3, figsize=(16, 3.6 * rows), squeeze=False)
+    lines = []
+    for row, ((m, version), vs) in enumerate(sorted(groups.items())):
+        t = per_model.get(m, default)
+        _plot_group(engine, axes[row], m, version, vs, t)
+        flagged = [v for v in vs if v.flagged]
+        first = flagged[0].window.start.isoformat(timespec="seconds") if flagged else "none"
+        lines.append(
+            f"{m} {version}: {len(vs)} windows, {sum(v.window.rows for v in vs)} rows, "
+            f"{len(flagged)} flagged (first: {first})"
+        )
+    if not groups:
+        axes[0][0].set_title("no drift windows stored")
+        lines.append("no drift windows stored")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return lines
+
+
+def _plot_group(
+    engine: Engine, axes: list, model: str, version: str, vs: list[Verdict], t: DriftThresholds
+) -> None:
+    refs = references_of(engine, model, version)
+    categorical = OUTPUT in refs and refs[OUTPUT].kind == CATEGORICAL
+    x = [v.window.start for v in vs]
+    error_ax, psi_ax, dist_ax = axes
+    if categorical:
+        error_ax.plot(x, [v.window.error_rate for v in vs], marker="o", label="error rate")
+        limit = t.error_rate_max
+    else:
+        error_ax.plot(x, [v.window.mean_abs_error for v in vs], marker="o", label="MAE")
+        limit = t.mae_max
+    if limit is not None:
+        error_ax.axhline(limit, color="red", linestyle="--", label="threshold")
+    error_ax.set_title(f"{model} {version}: labelled error per window")
+    for series in (OUTPUT, INPUT):
+        values = [v.metrics.get(f"{series}_psi") for v in vs]
+        if any(val is not None for val in values):
+            psi_ax.plot(x, [float("nan") if v is None else v for v in values], marker="o",
+                        label=f"{series} PSI")  # fmt: skip
+    psi_ax.axhline(t.psi_max, color="red", linestyle="--", label="PSI threshold")
+    for v in vs:
+        if v.flagged:
+            psi_ax.axvspan(v.window.start, v.window.end, color="red", alpha=0.15)
+    psi_ax.set_title("drift per window (flagged shaded)")
+    for ax in (error_ax, psi_ax):
+        ax.legend(fontsize=7)
+        ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+    ref = refs.get(OUTPUT)
+    if ref is None or not vs:
+        dist_ax.set_title("no output reference")
+        return
+    last = vs[-1].window.counts(OUTPUT, len(ref.counts))
+    bins = range(len(ref.counts))
+    ref_total, last_total = max(1, sum(ref.counts)), max(1, sum(last))
+    dist_ax.bar([b - 0.2 for b in bins], [c / ref_total for c in ref.counts], 0.4,
+                label="reference")  # fmt: skip
+    dist_ax.bar([b + 0.2 for b in bins], [c / last_total for c in last], 0.4, label="last window")
+    dist_ax.set_title("output distribution" + (" (class)" if categorical else " (quantile bin)"))
+    dist_ax.legend(fontsize=7)
