@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import orjson
 from kafka import KafkaProducer
@@ -13,8 +13,9 @@ from sqlalchemy import Engine, func, select
 
 from consumers.client import InferlaneClient
 from consumers.contract import DeadLetterHeaders
-from storage import make_engine
+from storage import DriftRow, ResultStore, make_engine
 from storage.drift_windows import read_flags, read_windows
+from storage.retention import purge
 from storage.schema import drift_labels, inference_log
 from tests.e2e.support import read_topic, settings_for, wait_for_rows
 from worker.broker import EmbeddedBroker
@@ -126,4 +127,30 @@ async def test_late_labels_join_before_and_after_their_results(
     assert _labels(engine) == 0
     codes = {m.key: dict(m.headers)[DeadLetterHeaders.CODE] for m in dead}
     assert codes == {b"nobody": b"label_unmatched", b"bad": b"bad_label"}
+    engine.dispose()
+
+
+async def test_retention_deletes_old_rows_while_the_worker_writes(
+    broker: EmbeddedBroker, db_url: str, demo_registry: ModelRegistry
+) -> None:
+    old_at = datetime.now(UTC) - timedelta(days=100)
+    with ResultStore(db_url) as store:
+        old = [DriftRow(f"old-{i}", "digits", "1", 1.0, 2.0, -1.0, old_at) for i in range(3000)]
+        store.write([], old, [])
+    settings = settings_for(broker.bootstrap, db_url, drift=DriftConfig(labels_topic=None))
+    engine = make_engine(db_url)
+    requests = digits_requests(1500, prefix="new")
+    async with Worker(settings, demo_registry):
+        with InferlaneClient(broker.bootstrap) as client:
+            await asyncio.to_thread(client.publish, requests)
+            await asyncio.to_thread(client.flush)
+            await asyncio.to_thread(wait_for_rows, engine, 1)  # the worker is writing
+            cutoff = datetime.now(UTC) - timedelta(days=30)
+            purged = await asyncio.to_thread(purge, engine, cutoff, batch_rows=50)
+            assert await asyncio.to_thread(wait_for_rows, engine, len(requests)) == len(requests)
+
+    assert purged.rows["inference_log"] == len(old)
+    logged = _logged(engine)
+    assert len(logged) == len(requests)
+    assert all(rid.startswith("new-") for rid in logged)
     engine.dispose()

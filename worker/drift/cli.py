@@ -5,7 +5,7 @@ Every query goes through SQLAlchemy with bound parameters; nothing is pasted int
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -149,10 +149,36 @@ def report(
     console.print(f"report written to [bold]{out}[/]")
 
 
+def purge(
+    older_than: Annotated[str, typer.Option(help="Age to keep: 30d, 12h.")],
+    database: Database = "sqlite:///inferlane.db",
+    batch_rows: Annotated[int, typer.Option(min=1, help="Rows per transaction.")] = 1000,
+    json: Json = False,
+) -> None:
+    """Delete drift-log rows and drift windows older than ``--older-than``, in small
+    transactions that the worker's writes interleave with."""
+    from storage.retention import purge as purge_rows
+    from worker.drift.views import parse_span_s
+
+    span_s = parse_span_s(older_than)
+    if span_s is None:
+        raise typer.BadParameter(f"--older-than takes a span (12h, 30d): {older_than!r}")
+    engine = make_engine(database)
+    try:
+        cutoff = datetime.now(UTC) - timedelta(seconds=span_s)
+        purged = purge_rows(engine, cutoff, batch_rows=batch_rows)
+    finally:
+        engine.dispose()
+    if json:
+        _print_json({"older_than": cutoff.isoformat(), "deleted": purged.rows})
+        return
+    console.print(f"deleted {purged.total} rows older than {cutoff.isoformat()}: {purged.rows}")
+
+
 def _num(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
 
 def register(app: typer.Typer) -> None:
-    for command in (anomalies, drift, report):
+    for command in (anomalies, drift, report, purge):
         app.command()(command)
