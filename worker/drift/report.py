@@ -76,12 +76,18 @@ def _plot_group(
         limit = t.mae_max
     if limit is not None:
         error_ax.axhline(limit, color="red", linestyle="--", label="threshold")
-    error_ax.set_title(f"{model} {version}: labelled error per window")
+    labelled = any(v.window.labelled for v in vs)
+    error_ax.set_title(f"{model} {version}: labelled error per window" + ("" if labelled else
+                       " (no labels)"))  # fmt: skip
     for series in (OUTPUT, INPUT):
         values = [v.metrics.get(f"{series}_psi") for v in vs]
         if any(val is not None for val in values):
             psi_ax.plot(x, [float("nan") if v is None else v for v in values], marker="o",
                         label=f"{series} PSI")  # fmt: skip
+    if not refs:
+        psi_ax.set_title("no reference: outputs and inputs not tracked")
+        dist_ax.set_title("no output reference")
+        return
     psi_ax.axhline(t.psi_max, color="red", linestyle="--", label="PSI threshold")
     for v in vs:
         if v.flagged:

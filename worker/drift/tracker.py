@@ -57,14 +57,14 @@ class DriftTracker:
         self._adapter_for = adapter_for
         self._thresholds = thresholds
         self._metrics = metrics
-        self._queue: list[tuple[Batch, list[Outcome]]] = []
+        self._queue: list[tuple[Batch, list[Outcome], datetime]] = []
         self._ready = asyncio.Event()
         self._open: set[WindowKey] = set()  # windows with counts, not yet judged closed
         self._task: asyncio.Task[None] | None = None
 
     def observe(self, batch: Batch, outcomes: list[Outcome]) -> None:
         """On the event loop: queue only; the work happens in the tracker's thread."""
-        self._queue.append((batch, outcomes))
+        self._queue.append((batch, outcomes, datetime.now(UTC)))
         self._ready.set()
 
     async def start(self) -> None:
@@ -97,12 +97,11 @@ class DriftTracker:
                 except Exception:  # the counts stay queued in memory: retried next flush
                     log.exception("drift windows: flush failed")
 
-    def _absorb(self, queued: list[tuple[Batch, list[Outcome]]]) -> None:
-        now = datetime.now(UTC)
-        for batch, outcomes in queued:
+    def _absorb(self, queued: list[tuple[Batch, list[Outcome], datetime]]) -> None:
+        for batch, outcomes, at in queued:
             obs = observe(batch, outcomes, self._adapter_for(batch.model))
             if obs is not None:
-                self.record(obs, now)
+                self.record(obs, at)
 
     def record(self, obs: Observation, at: datetime) -> None:
         """Count ``obs`` in the window holding ``at`` (blocking-free, thread side)."""
