@@ -38,6 +38,8 @@ class WindowDelta:
     wrong: int = 0
     abs_error_sum: float = 0.0
     bins: dict[tuple[str, int], int] = field(default_factory=dict)
+    ref_checked: int = 0
+    ref_deviant: int = 0
 
     def add_label(self, abs_error: float) -> None:
         self.labelled += 1
@@ -84,6 +86,8 @@ class WindowStats:
     wrong: int = 0
     abs_error_sum: float = 0.0
     bins: dict[str, dict[int, int]] = field(default_factory=dict)  # series -> bin -> count
+    ref_checked: int = 0
+    ref_deviant: int = 0
 
     @property
     def end(self) -> datetime:
@@ -108,6 +112,8 @@ class WindowStats:
         self.labelled += other.labelled
         self.wrong += other.wrong
         self.abs_error_sum += other.abs_error_sum
+        self.ref_checked += other.ref_checked
+        self.ref_deviant += other.ref_deviant
         for series, bins in other.bins.items():
             mine = self.bins.setdefault(series, {})
             for b, n in bins.items():
@@ -151,4 +157,6 @@ def _copy(w: WindowStats) -> WindowStats:
         w.wrong,
         w.abs_error_sum,
         bins,
+        w.ref_checked,
+        w.ref_deviant,
     )

@@ -69,11 +69,13 @@ def add_windows_in(
                 "labelled": d.labelled,
                 "wrong": d.wrong,
                 "abs_error_sum": d.abs_error_sum,
+                "ref_checked": d.ref_checked,
+                "ref_deviant": d.ref_deviant,
                 "updated_at": now,
             }
         )
         bins += [{**base, "series": s, "bin": b, "count": n} for (s, b), n in d.bins.items()]
-    summed = ("rows", "labelled", "wrong", "abs_error_sum")
+    summed = ("rows", "labelled", "wrong", "abs_error_sum", "ref_checked", "ref_deviant")
     conn.execute(_adding(drift_windows, dialect, summed, ("updated_at",)), windows)
     if bins:
         conn.execute(_adding(drift_bins, dialect, ("count",), ()), bins)
@@ -159,6 +161,8 @@ def read_windows(
         w.c.labelled,
         w.c.wrong,
         w.c.abs_error_sum,
+        w.c.ref_checked,
+        w.c.ref_deviant,
     )
     bq = select(b.c.model, b.c.model_version, b.c.window_start, b.c.series, b.c.bin, b.c["count"])
     if model is not None:
@@ -167,9 +171,11 @@ def read_windows(
         wq, bq = wq.where(w.c.window_start >= since), bq.where(b.c.window_start >= since)
     stats: dict[tuple[str, str, datetime], WindowStats] = {}
     with unavailable_on_transient_errors(), engine.connect() as conn:
-        for m, v, start, span, rows, labelled, wrong, abs_sum in conn.execute(wq):
+        for m, v, start, span, rows, labelled, wrong, abs_sum, checked, deviant in conn.execute(wq):
             start = as_utc(start)
-            stats[(m, v, start)] = WindowStats(m, v, start, span, rows, labelled, wrong, abs_sum)
+            stats[(m, v, start)] = WindowStats(
+                m, v, start, span, rows, labelled, wrong, abs_sum, {}, checked, deviant
+            )
         for m, v, start, series, bin_, count in conn.execute(bq):
             window = stats.get((m, v, as_utc(start)))
             if window is not None:

@@ -105,18 +105,21 @@ drift_windows = Table(
     Column("labelled", BigInteger, nullable=False),  # of them, with a drift-log pair
     Column("wrong", BigInteger, nullable=False),  # labelled with |output - expected| > 0.5
     Column("abs_error_sum", Double, nullable=False),
+    Column("ref_checked", BigInteger, nullable=False),  # also run on the reference model
+    Column("ref_deviant", BigInteger, nullable=False),  # of them, beyond its tolerance
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Index(None, "window_start"),
 )
 
 # Fixed-bin histograms per window: series "output" (the prediction) and "input" (the
 # mean of a numeric input's features). Counts add up across workers and flushes.
+# The key starts with the window: readers and retention select a time range.
 drift_bins = Table(
     "drift_bins",
     metadata,
+    Column("window_start", DateTime(timezone=True), primary_key=True),
     Column("model", String(255), primary_key=True),
     Column("model_version", String(128), primary_key=True),
-    Column("window_start", DateTime(timezone=True), primary_key=True),
     Column("series", String(16), primary_key=True),
     Column("bin", Integer, primary_key=True),
     Column("count", BigInteger, nullable=False),
@@ -163,4 +166,18 @@ drift_labels = Table(
     Column("source_offset", BigInteger, nullable=False),
     Column("received_at", DateTime(timezone=True), nullable=False),
     Index(None, "received_at"),
+)
+
+# Requests also run on a reference model: how far the served output was from its output.
+reference_checks = Table(
+    "reference_checks",
+    metadata,
+    Column("request_id", String(128), primary_key=True),
+    Column("model", String(255), nullable=False),
+    Column("model_version", String(128), nullable=False),
+    Column("reference_model", String(255), nullable=False),
+    Column("deviation", Double, nullable=False),
+    Column("tolerance", Double, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index(None, "model", "created_at"),
 )

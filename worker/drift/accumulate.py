@@ -63,6 +63,11 @@ class WindowAccumulator:
             self._add_series(key, INPUT, NUMERIC, 0, obs.inputs)
         return key
 
+    def add_checks(self, key: WindowKey, checked: int, deviant: int) -> None:
+        delta = self._delta(key)
+        delta.ref_checked += checked
+        delta.ref_deviant += deviant
+
     def take(self) -> tuple[dict[WindowKey, WindowDelta], list[Reference]]:
         """The counts and references gathered since the last call."""
         deltas, refs = self._deltas, self._new_references
@@ -77,6 +82,8 @@ class WindowAccumulator:
             mine.labelled += d.labelled
             mine.wrong += d.wrong
             mine.abs_error_sum += d.abs_error_sum
+            mine.ref_checked += d.ref_checked
+            mine.ref_deviant += d.ref_deviant
             for (series, b), n in d.bins.items():
                 mine.bins[(series, b)] = mine.bins.get((series, b), 0) + n
         self._new_references[:0] = refs

@@ -52,6 +52,10 @@ def evaluate(
         _check(verdict, "error_rate", window.error_rate, t.error_rate_max)
     if labelled and not categorical and t.mae_max is not None:
         _check(verdict, "mae", window.mean_abs_error, t.mae_max)
+    if window.ref_checked:
+        # Any sampled request further from the reference than its tolerance.
+        share = window.ref_deviant / window.ref_checked
+        _check(verdict, "reference_deviant", share, 0.0)
     enough = window.rows >= t.min_rows
     for series, ref in sorted(references.items()):
         current = window.counts(series, len(ref.counts))

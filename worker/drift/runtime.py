@@ -51,6 +51,7 @@ class Drift:
             adapter_for=registry.adapter,
             thresholds=thresholds,
             metrics=drift_metrics,
+            run_reference=lambda name, items: registry.get(name).run(items),
         )
         await tracker.start()
         labels = None

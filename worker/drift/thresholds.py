@@ -18,3 +18,9 @@ class DriftThresholds(BaseModel):
     mae_max: float | None = Field(default=None, gt=0)  # others: mean |output - expected|
     min_rows: int = Field(default=100, ge=1)
     min_labelled: int = Field(default=30, ge=1)
+    # A reference model (the eager model behind an optimized one, or the previous
+    # version; same inputs): this share of requests also runs on it, and an output
+    # further than the tolerance from the served one is an anomaly.
+    reference_model: str | None = None
+    reference_share: float = Field(default=0.01, gt=0, le=1)
+    reference_tolerance: float = Field(default=1e-3, ge=0)

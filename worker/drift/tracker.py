@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine
 
-from storage.drift_records import WindowKey
+from storage.drift_records import WindowKey, window_start
 from storage.drift_windows import (
     add_windows,
     load_references,
@@ -25,10 +26,12 @@ from storage.drift_windows import (
     record_flag,
     save_reference,
 )
+from storage.reference_checks import add_checks
 from worker.drift.accumulate import WindowAccumulator
 from worker.drift.evaluate import evaluate
 from worker.drift.metrics import DriftMetrics
 from worker.drift.observe import Observation, observe
+from worker.drift.reference import ReferenceCheck, RunReference, check_batch
 from worker.drift.thresholds import DriftThresholds
 from worker.models import Adapter
 from worker.pending import Batch, Outcome
@@ -50,6 +53,7 @@ class DriftTracker:
         adapter_for: Callable[[str], Adapter],
         thresholds: Thresholds,
         metrics: DriftMetrics,
+        run_reference: RunReference | None = None,
     ) -> None:
         self._engine = engine
         self._acc = WindowAccumulator(window_s=window_s, reference_rows=reference_rows, bins=bins)
@@ -57,10 +61,14 @@ class DriftTracker:
         self._adapter_for = adapter_for
         self._thresholds = thresholds
         self._metrics = metrics
+        self._run_reference = run_reference
+        self._checks: list[ReferenceCheck] = []  # not yet stored
         self._queue: list[tuple[Batch, list[Outcome], datetime]] = []
         self._ready = asyncio.Event()
         self._open: set[WindowKey] = set()  # windows with counts, not yet judged closed
         self._task: asyncio.Task[None] | None = None
+        # A cancelled await leaves its thread running: stop() must not overlap with it.
+        self._lock = threading.Lock()
 
     def observe(self, batch: Batch, outcomes: list[Outcome]) -> None:
         """On the event loop: queue only; the work happens in the tracker's thread."""
@@ -77,8 +85,11 @@ class DriftTracker:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         queued, self._queue = self._queue, []
-        await asyncio.to_thread(self._absorb, queued)
-        await asyncio.to_thread(self.flush, final=True)
+        try:
+            await asyncio.to_thread(self.absorb, queued)
+            await asyncio.to_thread(self.flush, final=True)
+        except Exception:  # the worker's shutdown goes on: these are statistics
+            log.exception("drift windows: last flush failed")
 
     async def _run(self) -> None:
         next_flush = time.monotonic() + self._flush_s
@@ -88,20 +99,45 @@ class DriftTracker:
                 await asyncio.wait_for(self._ready.wait(), timeout)
             self._ready.clear()
             queued, self._queue = self._queue, []
-            if queued:
-                await asyncio.to_thread(self._absorb, queued)
-            if time.monotonic() >= next_flush:
-                next_flush = time.monotonic() + self._flush_s
-                try:
+            try:
+                if queued:
+                    await asyncio.to_thread(self.absorb, queued)
+                if time.monotonic() >= next_flush:
+                    next_flush = time.monotonic() + self._flush_s
                     await asyncio.to_thread(self.flush, final=False)
-                except Exception:  # the counts stay queued in memory: retried next flush
-                    log.exception("drift windows: flush failed")
+            except Exception:  # unflushed counts stay in memory: written at the next flush
+                log.exception("drift windows: update failed")
+
+    def absorb(self, queued: list[tuple[Batch, list[Outcome], datetime]]) -> None:
+        """Thread side: count finished batches (and run the sampled reference checks)."""
+        with self._lock:
+            self._absorb(queued)
 
     def _absorb(self, queued: list[tuple[Batch, list[Outcome], datetime]]) -> None:
         for batch, outcomes, at in queued:
             obs = observe(batch, outcomes, self._adapter_for(batch.model))
             if obs is not None:
                 self.record(obs, at)
+            if self._run_reference is not None:
+                self._check(batch, outcomes, at, self._run_reference)
+
+    def _check(
+        self, batch: Batch, outcomes: list[Outcome], at: datetime, run: RunReference
+    ) -> None:
+        try:
+            checks = check_batch(batch, outcomes, self._thresholds(batch.model), run, at)
+        except Exception:  # a failing reference must not stop the drift windows
+            log.exception("reference model for %s failed", batch.model)
+            return
+        self.record_checks(checks)
+
+    def record_checks(self, checks: list[ReferenceCheck]) -> None:
+        """Count reference checks in their windows; they are stored at the next flush."""
+        for c in checks:
+            key = WindowKey(c.model, c.model_version, window_start(c.at, self._acc.window_s))
+            self._acc.add_checks(key, 1, int(c.deviant))
+            self._open.add(key)
+        self._checks += checks
 
     def record(self, obs: Observation, at: datetime) -> None:
         """Count ``obs`` in the window holding ``at`` (blocking-free, thread side)."""
@@ -110,13 +146,20 @@ class DriftTracker:
     def flush(self, *, final: bool) -> None:
         """Blocking: write the counts, store new references, judge closed windows (every
         window touched when ``final``)."""
+        with self._lock:
+            self._flush(final)
+
+    def _flush(self, final: bool) -> None:
         deltas, refs = self._acc.take()
+        checks, self._checks = self._checks, []
         try:
             for ref in refs:
                 save_reference(self._engine, ref)  # idempotent: first stored wins
+            add_checks(self._engine, [_check_row(c) for c in checks])  # idempotent too
             add_windows(self._engine, deltas, self._acc.window_s)
         except Exception:
             self._acc.restore(deltas, refs)
+            self._checks[:0] = checks
             raise
         if refs:
             # Another worker may have stored its reference first: use the stored one.
@@ -158,3 +201,15 @@ class DriftTracker:
                         c.value,
                         c.threshold,
                     )
+
+
+def _check_row(c: ReferenceCheck) -> dict[str, object]:
+    return {
+        "request_id": c.request_id,
+        "model": c.model,
+        "model_version": c.model_version,
+        "reference_model": c.reference_model,
+        "deviation": c.deviation,
+        "tolerance": c.tolerance,
+        "created_at": c.at,
+    }

@@ -1,5 +1,5 @@
-"""Drift: windows, fixed-bin histograms, references, flags, pending labels; the anomaly
-index; views for windowed error and top anomalies.
+"""Drift: windows, fixed-bin histograms, references, flags, pending labels, reference
+model checks; the anomaly index; views for windowed error and top anomalies.
 
 Revision ID: 0002
 Revises: 0001
@@ -69,20 +69,22 @@ def upgrade() -> None:
         sa.Column("labelled", sa.BigInteger(), nullable=False),
         sa.Column("wrong", sa.BigInteger(), nullable=False),
         sa.Column("abs_error_sum", sa.Double(), nullable=False),
+        sa.Column("ref_checked", sa.BigInteger(), nullable=False),
+        sa.Column("ref_deviant", sa.BigInteger(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("model", "model_version", "window_start", name="pk_drift_windows"),
     )
     op.create_index("ix_drift_windows_window_start", "drift_windows", ["window_start"])
     op.create_table(
         "drift_bins",
+        sa.Column("window_start", sa.DateTime(timezone=True), nullable=False),
         *_key(
-            sa.Column("window_start", sa.DateTime(timezone=True), nullable=False),
             sa.Column("series", sa.String(16), nullable=False),
             sa.Column("bin", sa.Integer(), nullable=False),
         ),
         sa.Column("count", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint(
-            "model", "model_version", "window_start", "series", "bin", name="pk_drift_bins"
+            "window_start", "model", "model_version", "series", "bin", name="pk_drift_bins"
         ),
     )
     op.create_table(
@@ -125,6 +127,20 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("request_id", name="pk_drift_labels"),
     )
     op.create_index("ix_drift_labels_received_at", "drift_labels", ["received_at"])
+    op.create_table(
+        "reference_checks",
+        sa.Column("request_id", sa.String(128), nullable=False),
+        sa.Column("model", sa.String(255), nullable=False),
+        sa.Column("model_version", sa.String(128), nullable=False),
+        sa.Column("reference_model", sa.String(255), nullable=False),
+        sa.Column("deviation", sa.Double(), nullable=False),
+        sa.Column("tolerance", sa.Double(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("request_id", name="pk_reference_checks"),
+    )
+    op.create_index(
+        "ix_reference_checks_model_created_at", "reference_checks", ["model", "created_at"]
+    )
     for name, body in _VIEWS.items():
         op.execute(f"CREATE VIEW {name} AS {body}")
 
@@ -132,6 +148,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     for name in _VIEWS:
         op.execute(f"DROP VIEW {name}")
+    op.drop_index("ix_reference_checks_model_created_at", table_name="reference_checks")
+    op.drop_table("reference_checks")
     op.drop_index("ix_drift_labels_received_at", table_name="drift_labels")
     op.drop_table("drift_labels")
     op.drop_index("ix_drift_flags_flagged_at", table_name="drift_flags")
