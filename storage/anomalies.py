@@ -13,7 +13,7 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, Engine, func, select
 
 from storage.drift_records import as_utc
-from storage.errors import unavailable_on_transient_errors
+from storage.errors import classified_errors
 from storage.schema import inference_log
 
 
@@ -64,7 +64,7 @@ def find_anomalies(
         .order_by(abs_error.desc(), t.c.request_id)
         .limit(limit)
     )
-    with unavailable_on_transient_errors(), engine.connect() as conn:
+    with classified_errors(), engine.connect() as conn:
         n = int(conn.execute(count).scalar_one())
         rows = [
             AnomalyRow(rid, m, v, out, exp, err, as_utc(at))

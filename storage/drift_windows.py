@@ -16,7 +16,7 @@ from sqlalchemy.sql.dml import Insert
 
 from storage.drift_records import Reference, WindowDelta, WindowKey, WindowStats, as_utc
 from storage.engine import begin_write
-from storage.errors import unavailable_on_transient_errors
+from storage.errors import classified_errors
 from storage.schema import drift_bins, drift_flags, drift_references, drift_windows
 
 
@@ -42,7 +42,7 @@ def add_windows(engine: Engine, deltas: Mapping[WindowKey, WindowDelta], window_
     """Add the counts of each window, all in one transaction."""
     if not deltas:
         return
-    with unavailable_on_transient_errors(), begin_write(engine) as conn:
+    with classified_errors(), begin_write(engine) as conn:
         add_windows_in(conn, deltas, window_s)
 
 
@@ -86,7 +86,7 @@ def load_references(engine: Engine) -> dict[tuple[str, str, str], Reference]:
     t = drift_references
     query = select(t.c.model, t.c.model_version, t.c.series, t.c.kind, t.c.lower, t.c["count"])
     parts: dict[tuple[str, str, str], tuple[str, list[int], list[float | None]]] = {}
-    with unavailable_on_transient_errors(), engine.connect() as conn:
+    with classified_errors(), engine.connect() as conn:
         for model, version, series, kind, lower, count in conn.execute(query.order_by(t.c.bin)):
             _, counts, lowers = parts.setdefault((model, version, series), (kind, [], []))
             counts.append(int(count))
@@ -114,7 +114,7 @@ def save_reference(engine: Engine, ref: Reference) -> None:
         for i, (count, lower) in enumerate(zip(ref.counts, ref.lowers, strict=True))
     ]
     stmt = dialect_insert(drift_references, engine.dialect.name).on_conflict_do_nothing()
-    with unavailable_on_transient_errors(), begin_write(engine) as conn:
+    with classified_errors(), begin_write(engine) as conn:
         if _has_reference(conn, ref):
             return
         conn.execute(stmt, rows)
@@ -142,7 +142,7 @@ def record_flag(
         "threshold": threshold,
         "flagged_at": datetime.now(UTC),
     }
-    with unavailable_on_transient_errors(), begin_write(engine) as conn:
+    with classified_errors(), begin_write(engine) as conn:
         # RETURNING, not rowcount: psycopg reports -1 for an upsert that skipped nothing.
         return conn.execute(stmt.returning(drift_flags.c.metric), row).first() is not None
 
@@ -170,7 +170,7 @@ def read_windows(
     if since is not None:
         wq, bq = wq.where(w.c.window_start >= since), bq.where(b.c.window_start >= since)
     stats: dict[tuple[str, str, datetime], WindowStats] = {}
-    with unavailable_on_transient_errors(), engine.connect() as conn:
+    with classified_errors(), engine.connect() as conn:
         for m, v, start, span, rows, labelled, wrong, abs_sum, checked, deviant in conn.execute(wq):
             start = as_utc(start)
             stats[(m, v, start)] = WindowStats(
@@ -195,6 +195,6 @@ def read_flags(
         query = query.where(f.c.model == model)
     if since is not None:
         query = query.where(f.c.window_start >= since)
-    with unavailable_on_transient_errors(), engine.connect() as conn:
+    with classified_errors(), engine.connect() as conn:
         rows = conn.execute(query.order_by(f.c.window_start, f.c.model, f.c.metric)).all()
     return [(WindowKey(m, v, as_utc(s)), metric, val, thr) for m, v, s, metric, val, thr in rows]

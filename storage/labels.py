@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, bindparam, delete, select
 from storage.drift_records import WindowDelta, WindowKey, as_utc, window_start
 from storage.drift_windows import add_windows_in, dialect_insert
 from storage.engine import begin_write
-from storage.errors import unavailable_on_transient_errors
+from storage.errors import classified_errors
 from storage.schema import drift_labels, inference_log, inference_results
 
 # (model, outputs, expected) -> (output, expected) for the drift log; raises ValueError
@@ -56,7 +56,7 @@ def join_labels(
     repeated = [
         LabelOutcome(label, DUPLICATE) for label in labels if first[label.request_id] is not label
     ]
-    with unavailable_on_transient_errors(), begin_write(engine) as conn:
+    with classified_errors(), begin_write(engine) as conn:
         outcomes = _join(conn, list(first.values()), pair, window_s)
         done = [o.label.request_id for o in outcomes if o.outcome != WAITING]
         if done:
@@ -164,7 +164,7 @@ def ready_labels(engine: Engine, limit: int = 1000) -> list[LabelRow]:
         .order_by(drift_labels.c.received_at)
         .limit(limit)
     )
-    with unavailable_on_transient_errors(), engine.connect() as conn:
+    with classified_errors(), engine.connect() as conn:
         return [LabelRow(*row) for row in conn.execute(query)]
 
 
@@ -175,5 +175,5 @@ def expire_labels(engine: Engine, received_before: datetime) -> list[LabelRow]:
         .where(drift_labels.c.received_at < received_before)
         .returning(*_COLUMNS)
     )
-    with unavailable_on_transient_errors(), begin_write(engine) as conn:
+    with classified_errors(), begin_write(engine) as conn:
         return [LabelRow(*row) for row in conn.execute(stmt)]

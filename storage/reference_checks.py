@@ -10,7 +10,7 @@ from sqlalchemy import Engine, select
 from storage.drift_records import as_utc
 from storage.drift_windows import dialect_insert
 from storage.engine import begin_write
-from storage.errors import unavailable_on_transient_errors
+from storage.errors import classified_errors
 from storage.schema import reference_checks
 
 
@@ -19,7 +19,7 @@ def add_checks(engine: Engine, rows: Sequence[dict[str, Any]]) -> None:
     if not rows:
         return
     stmt = dialect_insert(reference_checks, engine.dialect.name).on_conflict_do_nothing()
-    with unavailable_on_transient_errors(), begin_write(engine) as conn:
+    with classified_errors(), begin_write(engine) as conn:
         conn.execute(stmt, list(rows))
 
 
@@ -29,7 +29,7 @@ def deviant_checks(engine: Engine, model: str | None = None) -> list[dict[str, A
     query = select(t).where(t.c.deviation > t.c.tolerance).order_by(t.c.deviation.desc())
     if model is not None:
         query = query.where(t.c.model == model)
-    with unavailable_on_transient_errors(), engine.connect() as conn:
+    with classified_errors(), engine.connect() as conn:
         rows = [dict(row._mapping) for row in conn.execute(query)]
     for row in rows:
         row["created_at"] = as_utc(row["created_at"])

@@ -13,7 +13,7 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, Engine, Table, delete, select, tuple_
 
 from storage.engine import begin_write
-from storage.errors import unavailable_on_transient_errors
+from storage.errors import classified_errors
 from storage.schema import drift_bins, drift_flags, drift_windows, inference_log
 
 
@@ -29,7 +29,7 @@ class Purged:
 def purge(engine: Engine, older_than: datetime, *, batch_rows: int = 1000) -> Purged:
     """Delete rows dated before ``older_than``; return how many per table."""
     purged = Purged()
-    with unavailable_on_transient_errors(), engine.connect() as conn:
+    with classified_errors(), engine.connect() as conn:
         models = list(conn.execute(select(inference_log.c.model).distinct()).scalars())
     for model in models:
         # Per model: the (model, created_at) index finds the oldest rows without a scan.
@@ -54,7 +54,7 @@ def _purge(
         oldest = select(*key).where(dated < older_than, *where).limit(batch_rows)
         target = key[0] if len(key) == 1 else tuple_(*key)
         stmt = delete(table).where(target.in_(oldest))
-        with unavailable_on_transient_errors(), begin_write(engine) as conn:
+        with classified_errors(), begin_write(engine) as conn:
             n = conn.execute(stmt).rowcount
         purged.rows[table.name] = purged.rows.get(table.name, 0) + max(n, 0)
         if n < batch_rows:
