@@ -169,18 +169,19 @@ def read_windows(
         wq, bq = wq.where(w.c.model == model), bq.where(b.c.model == model)
     if since is not None:
         wq, bq = wq.where(w.c.window_start >= since), bq.where(b.c.window_start >= since)
-    stats: dict[tuple[str, str, datetime], WindowStats] = {}
+    # Keyed by the driver's own timestamp values: bins match them without conversion.
+    stats: dict[tuple[str, str, Any], WindowStats] = {}
     with classified_errors(), engine.connect() as conn:
-        for m, v, start, span, rows, labelled, wrong, abs_sum, checked, deviant in conn.execute(wq):
-            start = as_utc(start)
+        windows = conn.execute(wq).all()
+        for m, v, start, span, rows, labelled, wrong, abs_sum, checked, deviant in windows:
             stats[(m, v, start)] = WindowStats(
-                m, v, start, span, rows, labelled, wrong, abs_sum, {}, checked, deviant
+                m, v, as_utc(start), span, rows, labelled, wrong, abs_sum, {}, checked, deviant
             )
-        for m, v, start, series, bin_, count in conn.execute(bq):
-            window = stats.get((m, v, as_utc(start)))
+        for m, v, start, series, bin_, count in conn.execute(bq).all():
+            window = stats.get((m, v, start))
             if window is not None:
-                window.bins.setdefault(series, {})[bin_] = int(count)
-    return [stats[k] for k in sorted(stats)]
+                window.bins.setdefault(series, {})[bin_] = count
+    return sorted(stats.values(), key=lambda w: (w.model, w.model_version, w.start))
 
 
 def read_flags(
