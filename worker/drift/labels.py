@@ -78,6 +78,7 @@ class LabelJoiner:
         client_id: str,
         dead_letter_topic: str,
         max_request_bytes: int,
+        partitions: int,
         window_s: int,
         wait_s: float,
         pair: Pairing,
@@ -87,6 +88,7 @@ class LabelJoiner:
         self._bootstrap = bootstrap
         self._topic = topic
         self._dlq = dead_letter_topic
+        self._partitions = partitions
         self._window_s = window_s
         self._wait_s = wait_s
         self._pair = pair
@@ -105,7 +107,7 @@ class LabelJoiner:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await ensure_topics(self._bootstrap, [self._topic], partitions=1)
+        await ensure_topics(self._bootstrap, [self._topic], partitions=self._partitions)
         await self._egress.start()
         await self._consumer.start()
         self._consumer.subscribe([self._topic])

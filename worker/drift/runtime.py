@@ -68,6 +68,7 @@ class Drift:
                 client_id=settings.kafka.client_id,
                 dead_letter_topic=settings.topics.dead_letters,
                 max_request_bytes=settings.kafka.max_request_bytes,
+                partitions=settings.topics.partitions,
                 window_s=config.window_s,
                 wait_s=config.label_wait_s,
                 pair=pair,
