@@ -11,9 +11,10 @@ import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
-from storage import DriftRow, ResultStore
+from storage import DriftRow, ResultRow, ResultStore
 from storage.anomalies import find_anomalies
 from storage.drift_windows import read_windows
+from storage.latency import lane_latencies
 from storage.retention import purge
 from tests.drift.drift_factories import stream, tracker
 from worker.cli import app
@@ -129,3 +130,27 @@ def test_cli_json_shapes_are_stable(store: ResultStore, db_url: str, tmp_path: P
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "1 flagged" in result.output
+
+
+def test_lane_latencies_are_the_newest_ok_results_oldest_first(store: ResultStore) -> None:
+    def result(rid: str, lane: str, ms: float, age_s: float, status: str = "ok") -> ResultRow:
+        return ResultRow(
+            rid, "digits", "1", status, lane, None, None, None, 0.0, 0.0, ms, None, 1,
+            "t", 0, 0, NOW - timedelta(seconds=age_s),
+        )  # fmt: skip
+
+    store.write(
+        [
+            result("a", "high", 5.0, 30),
+            result("b", "low", 50.0, 20),
+            result("c", "normal", 9.0, 10, status="error"),
+            result("d", "normal", 7.0, 5),
+        ],
+        [],
+        [],
+    )
+    samples = lane_latencies(store.engine, "digits", limit=2)
+    assert [(s.lane, s.total_ms) for s in samples] == [("low", 50.0), ("normal", 7.0)]
+    assert (
+        lane_latencies(store.engine, "digits", since=NOW - timedelta(seconds=25))[0].lane == "low"
+    )

@@ -1,23 +1,26 @@
 """``inferlane report``: one row of plots per model version, and a text summary.
 
-Left: labelled error per window with its threshold; middle: PSI of output and input
-per window, with the PSI threshold and flagged windows shaded; right: the output
-distribution of the last window against the reference.
+Columns: labelled error per window with its threshold; PSI of output and input per
+window, with the PSI threshold and flagged windows shaded; the output distribution of
+the last window against the reference; median latency per lane per window.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display needed
 
 import matplotlib.pyplot as plt
+import numpy as np
 from sqlalchemy import Engine
 
 from storage.drift_records import CATEGORICAL, INPUT, OUTPUT
+from storage.latency import LatencySample, lane_latencies
 from worker.drift.evaluate import Verdict
 from worker.drift.thresholds import DriftThresholds
 from worker.drift.views import Window, references_of, verdicts
@@ -40,11 +43,12 @@ def write_report(
     for v in found:
         groups.setdefault((v.window.model, v.window.model_version), []).append(v)
     rows = max(1, len(groups))
-    fig, axes = plt.subplots(rows, 3, figsize=(16, 3.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, 4, figsize=(21, 3.6 * rows), squeeze=False)
     lines = []
     for row, ((m, version), vs) in enumerate(sorted(groups.items())):
         t = per_model.get(m, default)
-        _plot_group(engine, axes[row], m, version, vs, t)
+        _plot_group(engine, axes[row][:3], m, version, vs, t)
+        _plot_latency(axes[row][3], lane_latencies(engine, m, since=since), vs)
         flagged = [v for v in vs if v.flagged]
         first = flagged[0].window.start.isoformat(timespec="seconds") if flagged else "none"
         lines.append(
@@ -62,7 +66,12 @@ def write_report(
 
 
 def _plot_group(
-    engine: Engine, axes: list, model: str, version: str, vs: list[Verdict], t: DriftThresholds
+    engine: Engine,
+    axes: list[Any],
+    model: str,
+    version: str,
+    vs: list[Verdict],
+    t: DriftThresholds,
 ) -> None:
     refs = references_of(engine, model, version)
     categorical = OUTPUT in refs and refs[OUTPUT].kind == CATEGORICAL
@@ -77,6 +86,8 @@ def _plot_group(
     if limit is not None:
         error_ax.axhline(limit, color="red", linestyle="--", label="threshold")
     labelled = any(v.window.labelled for v in vs)
+    if not labelled:
+        error_ax.set_xticks([])
     error_ax.set_title(f"{model} {version}: labelled error per window" + ("" if labelled else
                        " (no labels)"))  # fmt: skip
     for series in (OUTPUT, INPUT):
@@ -108,3 +119,22 @@ def _plot_group(
     dist_ax.bar([b + 0.2 for b in bins], [c / last_total for c in last], 0.4, label="last window")
     dist_ax.set_title("output distribution" + (" (class)" if categorical else " (quantile bin)"))
     dist_ax.legend(fontsize=7)
+
+
+def _plot_latency(ax: Any, samples: list[LatencySample], vs: list[Verdict]) -> None:
+    """Median receipt-to-result latency per lane in each window."""
+    ax.set_title("median latency per lane (ms)")
+    plotted = False
+    for lane in ("high", "normal", "low"):
+        points = []
+        for v in vs:
+            w = v.window
+            ms = [s.total_ms for s in samples if s.lane == lane and w.start <= s.at < w.end]
+            if ms:
+                points.append((w.start, float(np.median(ms))))
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=lane)
+            plotted = True
+    if plotted:
+        ax.legend(fontsize=7)
+    ax.tick_params(axis="x", labelrotation=30, labelsize=7)
