@@ -25,7 +25,7 @@ from consumers.egress import Egress, OutRecord
 from consumers.errors import InferlaneError
 from consumers.records import DeadLetter, SourceRef
 from consumers.topics import ensure_topics
-from storage import StoreUnavailable
+from storage import RowsRefused, StoreUnavailable
 from storage.labels import (
     REJECTED,
     LabelRow,
@@ -64,6 +64,8 @@ def parse_label(value: bytes | None, source: SourceRef) -> LabelRow:
     if data.get("expected") is None:
         raise BadLabel("label has no expected value")
     text = (value or b"").decode()
+    if "\\u0000" in text or "\x00" in text:  # PostgreSQL text cannot hold NUL
+        raise BadLabel("label must not contain NUL characters")
     return LabelRow(rid, data["expected"], text, source.topic, source.partition, source.offset)
 
 
@@ -123,15 +125,19 @@ class LabelJoiner:
     async def _run(self) -> None:
         next_sweep = time.monotonic()
         while True:
-            batches = await self._consumer.getmany(timeout_ms=200, max_records=1000)
-            records = [m for messages in batches.values() for m in messages]
-            if records:
-                handle = functools.partial(self._handle, records)
-                await self._publish(await self._until_stored(handle))
-                await self._consumer.commit()
-            if time.monotonic() >= next_sweep:
-                next_sweep = time.monotonic() + _SWEEP_S
-                await self._publish(await self._until_stored(self._sweep))
+            try:
+                batches = await self._consumer.getmany(timeout_ms=200, max_records=1000)
+                records = [m for messages in batches.values() for m in messages]
+                if records:
+                    handle = functools.partial(self._handle, records)
+                    await self._publish(await self._until_stored(handle))
+                    await self._consumer.commit()
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + _SWEEP_S
+                    await self._publish(await self._until_stored(self._sweep))
+            except Exception:  # the worker keeps serving; labels resume with the next fetch
+                log.exception("labels: a step failed")
+                await asyncio.sleep(_RETRY_S)
 
     async def _until_stored(self, step: Callable[[], list[DeadLetter]]) -> list[DeadLetter]:
         """Run ``step`` in a thread until the database takes it."""
@@ -169,7 +175,14 @@ class LabelJoiner:
         return dead
 
     def _join(self, labels: list[LabelRow]) -> list[DeadLetter]:
-        outcomes = join_labels(self._engine, labels, self._pair, self._window_s)
+        try:
+            outcomes = join_labels(self._engine, labels, self._pair, self._window_s)
+        except RowsRefused as exc:
+            if len(labels) == 1:
+                self._metrics.labels.labels("refused").inc()
+                return [_dead_letter(labels[0], BadLabel(f"database refused it: {exc.reason}"))]
+            # One at a time: only the labels the database refuses become dead letters.
+            return [dead for label in labels for dead in self._join([label])]
         for outcome, n in Counter(o.outcome for o in outcomes).items():
             self._metrics.labels.labels(outcome).inc(n)
         return [
