@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 
 # Stable constraint and index names, so migrations can refer to them.
@@ -75,4 +76,108 @@ consumer_offsets = Table(
     Column("partition", Integer, primary_key=True),
     Column("next_offset", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# -- drift windows (migration 0002) ----------------------------------------------------
+
+# The anomaly predicate of the SQL contract, as its partial index states it.
+ANOMALY_PREDICATE = "ABS(output - expected) > 0.5"
+
+# Partial: only the rows off by more than 0.5, so the contract's anomaly query and
+# ``inferlane anomalies --since`` read a small index instead of the whole log.
+Index(
+    "ix_inference_log_anomalies",
+    inference_log.c.created_at,
+    inference_log.c.model,
+    sqlite_where=text(ANOMALY_PREDICATE),
+    postgresql_where=text(ANOMALY_PREDICATE),
+)
+# A model version with no version is stored as "" (primary key columns are NOT NULL).
+
+drift_windows = Table(
+    "drift_windows",
+    metadata,
+    Column("model", String(255), primary_key=True),
+    Column("model_version", String(128), primary_key=True),
+    Column("window_start", DateTime(timezone=True), primary_key=True),
+    Column("window_s", Integer, nullable=False),
+    Column("rows", BigInteger, nullable=False),  # results observed
+    Column("labelled", BigInteger, nullable=False),  # of them, with a drift-log pair
+    Column("wrong", BigInteger, nullable=False),  # labelled with |output - expected| > 0.5
+    Column("abs_error_sum", Double, nullable=False),
+    Column("ref_checked", BigInteger, nullable=False),  # also run on the reference model
+    Column("ref_deviant", BigInteger, nullable=False),  # of them, beyond its tolerance
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Index(None, "window_start"),
+)
+
+# Fixed-bin histograms per window: series "output" (the prediction) and "input" (the
+# mean of a numeric input's features). Counts add up across workers and flushes.
+# The key starts with the window: readers and retention select a time range.
+drift_bins = Table(
+    "drift_bins",
+    metadata,
+    Column("window_start", DateTime(timezone=True), primary_key=True),
+    Column("model", String(255), primary_key=True),
+    Column("model_version", String(128), primary_key=True),
+    Column("series", String(16), primary_key=True),
+    Column("bin", Integer, primary_key=True),
+    Column("count", BigInteger, nullable=False),
+)
+
+# The reference histogram per model version: the first N results after it went live.
+# ``lower`` is a numeric bin's lower edge (NULL: minus infinity, or a categorical bin).
+drift_references = Table(
+    "drift_references",
+    metadata,
+    Column("model", String(255), primary_key=True),
+    Column("model_version", String(128), primary_key=True),
+    Column("series", String(16), primary_key=True),
+    Column("bin", Integer, primary_key=True),
+    Column("kind", String(16), nullable=False),  # "categorical" or "numeric"
+    Column("lower", Double),
+    Column("count", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+# Windows that crossed a threshold, one row per metric: the worker's online decisions.
+drift_flags = Table(
+    "drift_flags",
+    metadata,
+    Column("model", String(255), primary_key=True),
+    Column("model_version", String(128), primary_key=True),
+    Column("window_start", DateTime(timezone=True), primary_key=True),
+    Column("metric", String(32), primary_key=True),
+    Column("value", Double, nullable=False),
+    Column("threshold", Double, nullable=False),
+    Column("flagged_at", DateTime(timezone=True), nullable=False),
+    Index(None, "flagged_at"),
+)
+
+# Late labels whose result has not been seen yet; they wait a bounded time.
+drift_labels = Table(
+    "drift_labels",
+    metadata,
+    Column("request_id", String(128), primary_key=True),
+    Column("expected", JSON, nullable=False),
+    Column("value", Text, nullable=False),  # the record as it came, for its dead letter
+    Column("source_topic", String(255), nullable=False),
+    Column("source_partition", Integer, nullable=False),
+    Column("source_offset", BigInteger, nullable=False),
+    Column("received_at", DateTime(timezone=True), nullable=False),
+    Index(None, "received_at"),
+)
+
+# Requests also run on a reference model: how far the served output was from its output.
+reference_checks = Table(
+    "reference_checks",
+    metadata,
+    Column("request_id", String(128), primary_key=True),
+    Column("model", String(255), nullable=False),
+    Column("model_version", String(128), nullable=False),
+    Column("reference_model", String(255), nullable=False),
+    Column("deviation", Double, nullable=False),
+    Column("tolerance", Double, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index(None, "model", "created_at"),
 )

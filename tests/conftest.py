@@ -12,12 +12,15 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from storage import make_engine
+from storage.schema import metadata
 from worker.broker import EmbeddedBroker
 from worker.models import ModelRegistry, ensure_demo_models
 
 PG_URL = os.environ.get(
     "INFERLANE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+# Every table the migrations create; CASCADE drops the views on them too.
+ALL_TABLES = ", ".join([*metadata.tables, "alembic_version"])
 
 
 @pytest.fixture
@@ -70,10 +73,5 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield url
     engine = make_engine(url)
     with engine.begin() as conn:
-        conn.execute(
-            text(
-                "DROP TABLE IF EXISTS inference_results, inference_log, consumer_offsets, "
-                "alembic_version"
-            )
-        )
+        conn.execute(text(f"DROP TABLE IF EXISTS {ALL_TABLES} CASCADE"))
     engine.dispose()

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from worker.broker import EmbeddedBroker
 from worker.config import WorkerSettings
+from worker.drift.cli import register as register_drift_commands
 from worker.models.cli import app as models_app
 from worker.ops.cli import HttpHost, HttpPort, LogFormatOption, MetricsPort, publish_demo
 
@@ -193,3 +194,4 @@ def demo(
 
 
 app.command("publish-demo")(publish_demo)
+register_drift_commands(app)

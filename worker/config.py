@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from consumers.contract import Priority
 from consumers.security import KafkaSecurity
+from worker.drift.thresholds import DriftThresholds
 
 
 class _Frozen(BaseModel):
@@ -176,6 +177,20 @@ class ComputeConfig(_Frozen):
     max_hung_threads: int = Field(default=3, ge=1)
 
 
+class DriftConfig(_Frozen):
+    """Drift windows, references and late labels (docs/DRIFT.md)."""
+
+    enabled: bool = True
+    window_s: int = Field(default=60, ge=1)  # stored windows; the CLI joins them into larger
+    reference_rows: int = Field(default=500, ge=10)  # first results of a version: reference
+    bins: int = Field(default=10, ge=2)  # numeric series: quantile bins of the reference
+    flush_s: float = Field(default=1.0, gt=0)
+    # Defaults for every model; a registry entry's ``drift`` table overrides them.
+    thresholds: DriftThresholds = DriftThresholds()
+    labels_topic: str | None = "inferlane.labels"  # None: no late labels
+    label_wait_s: float = Field(default=600.0, gt=0)  # unknown ids then go to dead letters
+
+
 class WorkerSettings(BaseSettings):
     """Everything the worker needs; env ``INFERLANE_*`` (nested with ``__``) and CLI flags."""
 
@@ -196,6 +211,7 @@ class WorkerSettings(BaseSettings):
     ops: OpsConfig = OpsConfig()
     scheduling: SchedulingConfig = SchedulingConfig()
     compute: ComputeConfig = ComputeConfig()
+    drift: DriftConfig = DriftConfig()
 
     @model_validator(mode="after")
     def _distinct_topics(self) -> WorkerSettings:

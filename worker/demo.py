@@ -2,22 +2,31 @@
 
 The worker, a publisher and a results reader share one event loop; the report reads
 the results topic for latency and the SQL store for accuracy and the anomaly query.
+The labelled traffic comes in two phases: clean, then shifted (inverted digits,
+rescaled diabetes features); the drift windows catch the shift, and a PNG report is
+written next to the database.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from sqlalchemy import Engine, make_url
 
 from consumers.contract import InferenceResult
 from storage import DriftSummary, anomaly_count, drift_summary, make_engine, result_counts
-from worker.config import WorkerSettings
+from storage.drift_windows import read_flags, read_windows
+from worker.config import DriftConfig, WorkerSettings
+from worker.drift.thresholds import DriftThresholds
 from worker.models import ModelRegistry
 from worker.service import Worker
 from worker.workload import (
@@ -37,6 +46,38 @@ BAD_RECORDS = (
 )
 # With nothing new for this long, the demo reports what it has instead of waiting on.
 STALL_S = 60.0
+# Short windows and a small reference, so a demo of a few seconds has several windows.
+DEMO_DRIFT = DriftConfig(
+    window_s=1,
+    reference_rows=300,
+    flush_s=0.25,
+    labels_topic=None,
+    thresholds=DriftThresholds(min_rows=50, min_labelled=20),
+)
+DIABETES_SHIFT_SCALE = 4.0
+
+
+@dataclass
+class DemoWorkload:
+    """Two phases: the shifted one starts once every clean result is back."""
+
+    clean: list[Labelled]
+    shifted: list[Labelled]
+
+    def __len__(self) -> int:
+        return len(self.clean) + len(self.shifted)
+
+
+@dataclass(frozen=True, slots=True)
+class ShiftCaught:
+    """Per model: windows before the shift that were flagged (should be 0), windows
+    after it, and the position of the first flagged one among those (0: at once)."""
+
+    model: str
+    clean_windows: int
+    clean_flagged: int
+    shifted_windows: int
+    first_flagged: int | None
 
 
 @dataclass
@@ -48,6 +89,9 @@ class DemoReport:
     drift: dict[str, DriftSummary] = field(default_factory=dict)
     anomalies: int = 0
     statuses: dict[str, int] = field(default_factory=dict)
+    shift: list[ShiftCaught] = field(default_factory=list)
+    drift_report: list[str] = field(default_factory=list)
+    png: Path | None = None
 
     @property
     def throughput(self) -> float:
@@ -56,15 +100,29 @@ class DemoReport:
 
 def workload(
     n_digits: int, n_diabetes: int, n_minilm: int, settings: WorkerSettings
-) -> list[Labelled]:
-    requests = digits_requests(n_digits) + diabetes_requests(n_diabetes) + minilm_requests(n_minilm)
-    return spread_over_lanes(requests, settings.topics)
+) -> DemoWorkload:
+    """Half the digits and diabetes requests clean, the other half shifted."""
+    shifted_digits, shifted_diabetes = n_digits // 2, n_diabetes // 2
+    clean = (
+        digits_requests(n_digits - shifted_digits)
+        + diabetes_requests(n_diabetes - shifted_diabetes)
+        + minilm_requests(n_minilm)
+    )
+    shifted = digits_requests(shifted_digits, prefix="digits-shifted", inverted=True)
+    shifted += diabetes_requests(
+        shifted_diabetes, prefix="diabetes-shifted", scale=DIABETES_SHIFT_SCALE
+    )
+    return DemoWorkload(
+        spread_over_lanes(clean, settings.topics),
+        spread_over_lanes(shifted, settings.topics, seed=2),
+    )
 
 
 async def run_demo(
-    settings: WorkerSettings, registry: ModelRegistry, items: list[Labelled], console: Console
+    settings: WorkerSettings, registry: ModelRegistry, items: DemoWorkload, console: Console
 ) -> DemoReport:
     assert settings.bootstrap is not None
+    settings = settings.model_copy(update={"drift": DEMO_DRIFT})
     expected = len(items) + len(BAD_RECORDS)
     # Leaving the block drains the worker: every result is in SQL after it.
     async with Worker(settings, registry):
@@ -77,27 +135,78 @@ async def run_demo(
         await producer.start()
         try:
             started = time.monotonic()
-            sends = [await producer.send(i.topic, i.value, key=i.key) for i in items]
+            sends = [await producer.send(i.topic, i.value, key=i.key) for i in items.clean]
             sends += [await producer.send(settings.topics.normal, v, key=k) for k, v in BAD_RECORDS]
             await asyncio.gather(*sends)
-            results, first_s = await _collect(reader, expected, console)
+            seen: dict[str, InferenceResult] = {}
+            first_s = await _collect(reader, seen, len(sends), console)
+            shift_at = await _next_window(DEMO_DRIFT.window_s)
+            sends = [await producer.send(i.topic, i.value, key=i.key) for i in items.shifted]
+            await asyncio.gather(*sends)
+            await _collect(reader, seen, expected, console)
             done_s = time.monotonic()
         finally:
             await producer.stop()
             await reader.stop()
     engine = make_engine(settings.database_url)
     try:
-        return DemoReport(
+        report = DemoReport(
             sent=expected,
             seconds=done_s - started,
             serving_s=done_s - first_s,
-            results=results,
+            results=list(seen.values()),
             drift=drift_summary(engine, 0.5),
             anomalies=anomaly_count(engine, 0.5, model="digits"),
             statuses=result_counts(engine),
+            shift=_shift_caught(engine, shift_at),
         )
+        report.png = _png_path(settings.database_url)
+        report.drift_report = await asyncio.to_thread(_write_png, engine, report.png)
+        return report
     finally:
         engine.dispose()
+
+
+async def _next_window(window_s: int) -> datetime:
+    """Wait for the clock to enter a new drift window, so the shift starts one."""
+    boundary = math.ceil(time.time() / window_s) * window_s
+    await asyncio.sleep(max(0.0, boundary - time.time()))
+    return datetime.fromtimestamp(boundary, UTC)
+
+
+def _shift_caught(engine: Engine, shift_at: datetime) -> list[ShiftCaught]:
+    flagged = {(k.model, k.window_start) for k, *_ in read_flags(engine)}
+    out = []
+    for model in ("digits", "diabetes"):
+        windows = read_windows(engine, model=model)
+        clean = [w for w in windows if w.start < shift_at]
+        shifted = [w for w in windows if w.start >= shift_at]
+        hits = [i for i, w in enumerate(shifted) if (model, w.start) in flagged]
+        out.append(
+            ShiftCaught(
+                model,
+                len(clean),
+                sum((model, w.start) in flagged for w in clean),
+                len(shifted),
+                hits[0] if hits else None,
+            )
+        )
+    return out
+
+
+def _png_path(database_url: str) -> Path:
+    """Next to a SQLite file; in the current folder for a server database."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        return Path(url.database).with_suffix(".png")
+    return Path("inferlane-demo.png")
+
+
+def _write_png(engine: Engine, png: Path) -> list[str]:
+    from worker.drift.report import write_report
+
+    thresholds = DEMO_DRIFT.thresholds
+    return write_report(engine, png, model=None, since=None, default=thresholds, per_model={})
 
 
 async def _results_reader(settings: WorkerSettings) -> AIOKafkaConsumer:
@@ -129,10 +238,10 @@ async def _caught_up(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> b
 
 
 async def _collect(
-    reader: AIOKafkaConsumer, expected: int, console: Console
-) -> tuple[list[InferenceResult], float]:
-    """The results, and when the first one arrived (monotonic)."""
-    seen: dict[str, InferenceResult] = {}
+    reader: AIOKafkaConsumer, seen: dict[str, InferenceResult], expected: int, console: Console
+) -> float:
+    """Read results into ``seen`` until it holds ``expected``; return when the first
+    new one arrived (monotonic)."""
     columns = (TextColumn("results"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("results", total=expected)
@@ -150,7 +259,7 @@ async def _collect(
                     result = InferenceResult.model_validate_json(m.value)
                     seen.setdefault(result.request_id, result)
             progress.update(task, completed=len(seen))
-    return list(seen.values()), first_s or time.monotonic()
+    return first_s or time.monotonic()
 
 
 def render(report: DemoReport, console: Console) -> None:
@@ -183,6 +292,23 @@ def render(report: DemoReport, console: Console) -> None:
         "SELECT COUNT(*) FROM inference_log WHERE ABS(output - expected) > 0.5 "
         f"AND model = 'digits'  →  [bold]{report.anomalies}[/] (misclassified digits)"
     )
+    _render_shift(report, console)
+
+
+def _render_shift(report: DemoReport, console: Console) -> None:
+    shift = Table(title="drift windows: the second half of the traffic is shifted")
+    for col in ("model", "clean windows", "flagged", "shifted windows", "caught in window"):
+        shift.add_column(col, justify="right")
+    for c in report.shift:
+        caught = "not caught" if c.first_flagged is None else f"#{c.first_flagged + 1}"
+        shift.add_row(
+            c.model, str(c.clean_windows), str(c.clean_flagged), str(c.shifted_windows), caught
+        )
+    console.print(shift)
+    for line in report.drift_report:
+        console.print(line)
+    if report.png is not None:
+        console.print(f"drift report: [bold]{report.png}[/] (inferlane drift --json for details)")
 
 
 def _quantiles(values: list[float]) -> tuple[float, float, float]:

@@ -31,6 +31,7 @@ from worker.backpressure import paused_topics
 from worker.batcher import Batcher
 from worker.completion import BULK, URGENT, CompletionQueue
 from worker.config import WorkerSettings
+from worker.drift.runtime import Drift
 from worker.executor import BatchRun, Executor, ThreadExecutor
 from worker.inflight import InFlight
 from worker.lanes import Lanes
@@ -135,6 +136,7 @@ class Worker:
         self._writing: asyncio.Future[None] | None = None  # the SQL write under way
         self._models_warm = False
         self._ops = OpsServer(self, self.metrics, settings.ops)
+        self._drift: Drift | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -144,6 +146,7 @@ class Worker:
         await self._ops.start()  # first: /healthz and /readyz answer during the warm-up
         self._store = await asyncio.to_thread(ResultStore, s.database_url)
         self._registry.watch()
+        self._drift = await Drift.start(s, self._store.engine, self._registry, self.metrics)
         # Load every model before joining the group, so the first requests pay no load time.
         await asyncio.to_thread(self._warm_up)
         self._models_warm = True
@@ -242,6 +245,8 @@ class Worker:
         await _bounded(deadline, "the executor", asyncio.to_thread(self._executor.shutdown))
         await _bounded(deadline, "the model store", asyncio.to_thread(self._registry.close))
         self._scheduler.close()
+        if self._drift is not None:
+            await _bounded(deadline, "the drift windows", self._drift.stop())
         if self._store is not None:
             await _bounded(deadline, "the database", asyncio.to_thread(self._store.close))
         await self._ops.stop()
@@ -353,6 +358,8 @@ class Worker:
             if self._failed is not None and not self._failed.done():
                 self._failed.set_exception(exc)
             return
+        if self._drift is not None:
+            self._drift.observe(batch, outcomes)
         self._finish(outcomes)
 
     def _batch_limit(self, model: str, lane: Priority) -> int:

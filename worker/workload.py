@@ -26,14 +26,24 @@ class Labelled:
         return self.request.request_id.encode()
 
 
-def digits_requests(n: int, *, prefix: str = "digits") -> list[InferenceRequest]:
+# Pixel intensities of the digits set run from 0 to 16.
+_DIGITS_MAX = 16.0
+
+
+def digits_requests(
+    n: int, *, prefix: str = "digits", inverted: bool = False
+) -> list[InferenceRequest]:
+    """``inverted``: a shifted stream (white on black), the labels still the true digits."""
     x, y = digits_test_set()
-    return _labelled("digits", x, [int(v) for v in y], n, prefix)
+    return _labelled("digits", _DIGITS_MAX - x if inverted else x, [int(v) for v in y], n, prefix)
 
 
-def diabetes_requests(n: int, *, prefix: str = "diabetes") -> list[InferenceRequest]:
+def diabetes_requests(
+    n: int, *, prefix: str = "diabetes", scale: float = 1.0
+) -> list[InferenceRequest]:
+    """``scale`` != 1: a shifted stream (features rescaled, as by a unit change upstream)."""
     x, y = diabetes_test_set()
-    return _labelled("diabetes", x, [float(v) for v in y], n, prefix)
+    return _labelled("diabetes", x * scale, [float(v) for v in y], n, prefix)
 
 
 def _labelled(

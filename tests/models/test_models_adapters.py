@@ -140,3 +140,15 @@ def test_text_split_and_no_drift(text: TextEmbeddingAdapter) -> None:
     with pytest.raises(ModelFailed):
         text.split(torch.ones(3, 4), 2)
     assert text.drift([0.1], "anything") is None
+
+
+def test_text_drift_is_the_cosine_distance_to_an_expected_vector(
+    text: TextEmbeddingAdapter,
+) -> None:
+    assert text.drift([1.0, 0.0], [1.0, 0.0]) == pytest.approx((0.0, 0.0))
+    assert text.drift([1.0, 0.0], [0.0, 2.0]) == pytest.approx((1.0, 0.0))
+    assert text.drift([1.0, 0.0], [-1.0, 0.0]) == pytest.approx((2.0, 0.0))
+    with pytest.raises(BadInput):
+        text.drift([1.0, 0.0], [1.0])
+    with pytest.raises(BadInput):
+        text.drift([1.0, 0.0], [0.0, 0.0])

@@ -12,8 +12,9 @@ import pytest
 from sqlalchemy import text
 
 from storage import ResultStore, make_engine
+from storage.schema import metadata
 
-TABLES = "inference_results, inference_log, consumer_offsets, alembic_version"
+TABLES = ", ".join([*metadata.tables, "alembic_version"])
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -35,7 +36,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def _drop_tables(url: str) -> None:
     engine = make_engine(url)
     with engine.begin() as conn:
-        conn.execute(text(f"DROP TABLE IF EXISTS {TABLES}"))
+        conn.execute(text(f"DROP TABLE IF EXISTS {TABLES} CASCADE"))
     engine.dispose()
 
 

@@ -249,7 +249,20 @@ class TextEmbeddingAdapter(Adapter):
         return list(_finite(output.detach().float().cpu()).tolist())
 
     def drift(self, output: JsonValue, expected: JsonValue) -> tuple[float, float] | None:
-        return None
+        """With an expected vector: (1 - cosine similarity, 0.0), so the drift log's
+        ``ABS(output - expected)`` is the cosine distance. Otherwise None."""
+        if not isinstance(expected, list) or not isinstance(output, list):
+            return None
+        if len(expected) != len(output) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in expected
+        ):
+            raise BadInput(f"expected must be a vector of {len(output)} numbers")
+        a = np.asarray(output, dtype=np.float64)
+        b = np.asarray(expected, dtype=np.float64)
+        norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+        if not math.isfinite(norms) or norms == 0.0:
+            raise BadInput("expected must be a finite, non-zero vector")
+        return 1.0 - float(a @ b) / norms, 0.0
 
     def example(self) -> JsonValue:
         return "warm-up sentence"

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from worker.drift.thresholds import DriftThresholds
 from worker.models.adapters import (
     Adapter,
     ClassifierAdapter,
@@ -94,6 +95,7 @@ class ModelSpec(_Config):
     scheduling: ControllerParams = ControllerParams()  # batch controller (docs/SCHEDULING.md)
     # Overrides the worker's compute timeout (settings.compute.timeout_s) for this model.
     compute_timeout_s: Annotated[float, Field(gt=0)] | None = None
+    drift: DriftThresholds | None = None  # None: the worker's [drift] thresholds
 
     @model_validator(mode="after")
     def _factory_iff_factory_format(self) -> ModelSpec:

@@ -1,0 +1,75 @@
+"""The drift decider: a window's numbers against its references and thresholds.
+
+Pure: the worker calls it on closed windows to flag them, the CLI on stored ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from storage.drift_records import CATEGORICAL, OUTPUT, Reference, WindowStats
+from storage.histograms import jensen_shannon, kolmogorov_smirnov, psi, psi_level
+from worker.drift.thresholds import DriftThresholds
+
+
+@dataclass(frozen=True, slots=True)
+class Crossing:
+    metric: str
+    value: float
+    threshold: float
+
+
+@dataclass(slots=True)
+class Verdict:
+    """A window's metrics (None: not enough data or no reference) and its crossings."""
+
+    window: WindowStats
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    crossings: list[Crossing] = field(default_factory=list)
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.crossings)
+
+    @property
+    def psi_level(self) -> str | None:
+        value = self.metrics.get("output_psi")
+        return None if value is None else psi_level(value)
+
+
+def evaluate(
+    window: WindowStats, references: Mapping[str, Reference], t: DriftThresholds
+) -> Verdict:
+    """``references`` maps a series ("output", "input") to its reference histogram."""
+    verdict = Verdict(window)
+    output = references.get(OUTPUT)
+    categorical = output is not None and output.kind == CATEGORICAL
+    labelled = window.labelled >= t.min_labelled
+    verdict.metrics["error_rate"] = window.error_rate
+    verdict.metrics["mae"] = window.mean_abs_error
+    if labelled and categorical and t.error_rate_max is not None:
+        _check(verdict, "error_rate", window.error_rate, t.error_rate_max)
+    if labelled and not categorical and t.mae_max is not None:
+        _check(verdict, "mae", window.mean_abs_error, t.mae_max)
+    if window.ref_checked:
+        # Any sampled request further from the reference than its tolerance.
+        share = window.ref_deviant / window.ref_checked
+        _check(verdict, "reference_deviant", share, 0.0)
+    enough = window.rows >= t.min_rows
+    for series, ref in sorted(references.items()):
+        current = window.counts(series, len(ref.counts))
+        if not enough or sum(current) == 0:
+            continue
+        _check(verdict, f"{series}_psi", psi(ref.counts, current), t.psi_max)
+        if ref.kind == CATEGORICAL:
+            _check(verdict, f"{series}_js", jensen_shannon(ref.counts, current), t.js_max)
+        else:
+            _check(verdict, f"{series}_ks", kolmogorov_smirnov(ref.counts, current), t.ks_max)
+    return verdict
+
+
+def _check(verdict: Verdict, metric: str, value: float | None, threshold: float) -> None:
+    verdict.metrics[metric] = value
+    if value is not None and value > threshold:
+        verdict.crossings.append(Crossing(metric, value, threshold))
