@@ -96,7 +96,9 @@ class BatchController:
         cap, target = self._cap, self._target_ms(curve)
         tail = curve.tail_ms(cap)
         if tail is not None and tail > target:
-            return Decision(self._down(cap), "latency")
+            # In proportion when far above (time per item falls with size, so this errs
+            # large and the next measurement corrects it), else one step.
+            return Decision(min(self._down(cap), max(1, int(cap * target / tail))), "latency")
         if obs.queued < cap:  # headroom: no full batch waits, the rule is right here
             decision = self._by_utilization(obs.utilization or 0.0)
             if decision.cap > cap and not self._fits(curve, decision.cap):
