@@ -104,7 +104,7 @@ def test_the_latency_guard_keeps_forward_passes_within_the_target() -> None:
     trace = simulate(controller, linear, arrival_rps=100_000, ticks=200)
     last = trace.caps[-80:]
     assert all(linear(c) * 1000 <= 20 for c in last)
-    assert statistics.median(last) >= 14  # as large as the target allows, near enough
+    assert statistics.median(last) >= 12  # as large as the target allows, less a margin
     assert "latency" in trace.reasons
 
 

@@ -31,6 +31,9 @@ Policy = Literal["adaptive", "naive", "fixed"]
 
 HYSTERESIS = 0.03  # a measured size must beat the current one by this to take over
 STALE_S = 60.0  # a neighbour measured longer ago than this is explored again
+# Moves up (best, explore, grow) need a tail this far under the target, the guard one
+# above it: a noise band, so that a size near the target does not flip between the two.
+LATENCY_MARGIN = 0.9
 START_CAP = 32  # the first cap (bounded by max_batch): growth or the guard move it
 
 
@@ -117,7 +120,7 @@ class BatchController:
         current = curve.rate(cap)
         if current is None:
             return Decision(cap, "measuring")
-        best = curve.best(target_ms=target, max_size=self.max_batch)
+        best = curve.best(target_ms=target * LATENCY_MARGIN, max_size=self.max_batch)
         gain = (curve.rate(best) or 0.0) / current - 1 if best is not None else 0.0
         if best is not None and best != cap and gain > HYSTERESIS:
             return Decision(best, "best")
@@ -151,4 +154,4 @@ class BatchController:
             if base is None:
                 return True
             tail = base * size / self._cap
-        return tail <= self._target_ms(curve)
+        return tail <= self._target_ms(curve) * LATENCY_MARGIN
