@@ -67,15 +67,15 @@ class Batcher:
             return device_idle or full or now_s >= head.received_s + self._max_wait_s
 
         chosen = waiting[0]
-        contended = len(waiting) > 1 and self._shares is not None
-        if contended and self._shares is not None:
-            owed = self._shares.owed(w[1].priority for w in waiting if ready(w[1], w[2]))
+        shares = self._shares if len(waiting) > 1 else None  # only under contention
+        if shares is not None:
+            owed = shares.owed(w[1].priority for w in waiting if ready(w[1], w[2]))
             chosen = next((w for w in waiting if w[1].priority == owed), chosen)
         rank, lane, head = chosen
         if not ready(lane, head):
             return BatchPlan(wake_at_s=head.received_s + self._max_wait_s)
-        if contended and self._shares is not None:
-            self._shares.served(lane.priority)
+        if shares is not None:
+            shares.served(lane.priority)
         model, limit = head.model, self._limit(head.model, lane.priority)
         # Caps of the lanes below, read before this take empties a higher lane.
         riders = [(lower, self._limit(model, lower.priority)) for lower in lanes[rank + 1 :]]

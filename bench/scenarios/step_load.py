@@ -33,7 +33,7 @@ from worker.broker import embedded_broker
 POLICIES = ("adaptive", "naive", "fixed")
 PHASE_S = {"smoke": (1.0, 3.0, 1.0, 3.0), "quick": (4.0, 14.0, 4.0, 14.0),
            "full": (10.0, 45.0, 10.0, 45.0)}
-OUTSTANDING = {"digits": 4000, "minilm": 96}  # the backlog a saturating phase keeps
+OUTSTANDING = {"digits": 4000, "minilm": 400}  # the backlog a saturating phase keeps
 SCRAPE_S = 0.5
 
 

@@ -104,7 +104,7 @@ def test_the_latency_guard_keeps_forward_passes_within_the_target() -> None:
     trace = simulate(controller, linear, arrival_rps=100_000, ticks=200)
     last = trace.caps[-80:]
     assert all(linear(c) * 1000 <= 20 for c in last)
-    assert statistics.median(last) >= 14  # as large as the target allows, near enough
+    assert statistics.median(last) >= 12  # as large as the target allows, less a margin
     assert "latency" in trace.reasons
 
 
@@ -115,7 +115,7 @@ def test_under_backlog_the_naive_rule_collapses_and_the_adaptive_one_does_not(
     naive = simulate(make("naive"), forward_s, arrival_rps=100_000, ticks=200)
     adaptive = simulate(make(latency_target_ms=1000), forward_s, arrival_rps=100_000, ticks=200)
     assert naive.caps[-1] == 1  # busy by definition, so "busy -> shrink" walks to 1
-    assert min(adaptive.caps) >= START_CAP * 0.8
+    assert min(adaptive.caps[-40:]) >= START_CAP * 0.8  # explored, never collapsed
     assert sum(adaptive.done[-40:]) > 2 * sum(naive.done[-40:])
 
 
@@ -149,3 +149,14 @@ def test_an_unattainable_latency_target_does_not_walk_the_cap_down() -> None:
     trace = simulate(controller, slow, arrival_rps=100_000, ticks=400)
     assert trace.reasons.count("latency") <= 2  # until two sizes show the floor
     assert trace.caps[-1] >= START_CAP  # throughput decides: bigger batches, more items/s
+
+
+def padded(size: int) -> float:
+    return 0.01 * size * (1 + size / 16)  # per-item cost grows with size: best is 1
+
+
+def test_at_saturation_a_best_size_far_below_the_start_is_found() -> None:
+    controller = make(latency_target_ms=10_000)
+    trace = simulate(controller, padded, arrival_rps=100_000, ticks=600)
+    assert trace.caps[-1] <= 2
+    assert cv(trace.caps[-100:]) < 0.10

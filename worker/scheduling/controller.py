@@ -8,8 +8,9 @@ The adaptive policy keeps the rule where it is right and replaces it where it is
 - latency guard first: a cap whose forward passes exceed ``latency_target_ms`` shrinks
   (unless the measured curve says no size can meet it: then throughput decides);
 - backlog (a full batch is waiting) with a busy device: climb the measured throughput
-  curve, exploring the unmeasured neighbour sizes, and settle on the size with the most
-  items/s that meets the latency target (moves only for a gain above ``HYSTERESIS``);
+  curve, exploring the neighbour sizes not measured lately (double, half, one step up
+  and down), and settle on the size with the most items/s that meets the latency
+  target (moves only for a gain above ``HYSTERESIS``);
 - backlog with an idle device: the device is not the bottleneck, bigger batches spread
   the per-batch cost, so grow;
 - headroom (no backlog): utilization decides, as in the rule.
@@ -29,7 +30,10 @@ from worker.scheduling.params import ControllerParams
 Policy = Literal["adaptive", "naive", "fixed"]
 
 HYSTERESIS = 0.03  # a measured size must beat the current one by this to take over
-STALE_S = 30.0  # a neighbour measured longer ago than this is explored again
+STALE_S = 60.0  # a neighbour measured longer ago than this is explored again
+# Moves up (best, explore, grow) need a tail this far under the target, the guard one
+# above it: a noise band, so that a size near the target does not flip between the two.
+LATENCY_MARGIN = 0.9
 START_CAP = 32  # the first cap (bounded by max_batch): growth or the guard move it
 
 
@@ -95,7 +99,9 @@ class BatchController:
         cap, target = self._cap, self._target_ms(curve)
         tail = curve.tail_ms(cap)
         if tail is not None and tail > target:
-            return Decision(self._down(cap), "latency")
+            # In proportion when far above (time per item falls with size, so this errs
+            # large and the next measurement corrects it), else one step.
+            return Decision(min(self._down(cap), max(1, int(cap * target / tail))), "latency")
         if obs.queued < cap:  # headroom: no full batch waits, the rule is right here
             decision = self._by_utilization(obs.utilization or 0.0)
             if decision.cap > cap and not self._fits(curve, decision.cap):
@@ -109,21 +115,27 @@ class BatchController:
     def _climb(self, now_s: float, curve: ThroughputCurve) -> Decision:
         """Hill-climb on the measured curve: go to the best size when it beats the cap by
         more than the hysteresis; from a size that is (near) the best, measure the
-        neighbours not measured lately, so the curve follows a drifting optimum."""
+        neighbours not measured in ``STALE_S``, so the curve follows a drifting optimum."""
         cap, target = self._cap, self._target_ms(curve)
         current = curve.rate(cap)
         if current is None:
             return Decision(cap, "measuring")
-        best = curve.best(target_ms=target, max_size=self.max_batch)
+        best = curve.best(target_ms=target * LATENCY_MARGIN, max_size=self.max_batch)
         gain = (curve.rate(best) or 0.0) / current - 1 if best is not None else 0.0
         if best is not None and best != cap and gain > HYSTERESIS:
             return Decision(best, "best")
-        for neighbour in (self._up(cap), self._down(cap)):
+        for neighbour in self._neighbours(cap):
             seen = curve.seen_s(neighbour)
             fresh = seen is not None and now_s - seen < STALE_S
-            if neighbour != cap and not fresh and self._fits(curve, neighbour):
+            if not fresh and self._fits(curve, neighbour):
                 return Decision(neighbour, "explore")
         return Decision(cap, "converged")
+
+    def _neighbours(self, cap: int) -> list[int]:
+        """Double and half first (another basin: on CPU, minilm's best size moved
+        between 8 and 64), then one step up and down (refinement)."""
+        sizes = (min(self.max_batch, 2 * cap), max(1, cap // 2), self._up(cap), self._down(cap))
+        return [size for size in dict.fromkeys(sizes) if size != cap]
 
     def _target_ms(self, curve: ThroughputCurve) -> float:
         """The latency target, or none (infinity) when no batch size can meet it: a
@@ -142,4 +154,4 @@ class BatchController:
             if base is None:
                 return True
             tail = base * size / self._cap
-        return tail <= self._target_ms(curve)
+        return tail <= self._target_ms(curve) * LATENCY_MARGIN
