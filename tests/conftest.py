@@ -72,7 +72,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     with engine.begin() as conn:
         conn.execute(
             text(
-                "DROP TABLE IF EXISTS inference_results, inference_log, consumer_offsets, "
+                "DROP TABLE IF EXISTS inference_results, inference_log, consumer_offsets, jobs, "
                 "alembic_version"
             )
         )

@@ -16,8 +16,11 @@ from rich.console import Console
 
 from worker.broker import EmbeddedBroker
 from worker.config import WorkerSettings
+from worker.jobs.cli import jobs_app, score
 
 app = typer.Typer(help="Kafka-driven inference worker.", no_args_is_help=True)
+app.command()(score)
+app.add_typer(jobs_app, name="jobs")
 console = Console()
 
 Bootstrap = Annotated[

@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from storage import ResultStore, make_engine
 
-TABLES = "inference_results, inference_log, consumer_offsets, alembic_version"
+TABLES = "inference_results, inference_log, consumer_offsets, jobs, alembic_version"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
