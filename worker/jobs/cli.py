@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -51,7 +52,9 @@ def _database(url: str | None) -> str:
 
 def score(
     model: Annotated[str, typer.Option(help="Model name in the registry.")],
-    input: Annotated[Path, typer.Option(help="Rows: .parquet, .csv or .jsonl.", exists=True)],
+    input: Annotated[
+        Path | None, typer.Option(help="Rows: .parquet, .csv or .jsonl.", exists=True)
+    ] = None,
     output: Annotated[
         Path | None, typer.Option(help="Scored rows; the format follows the extension.")
     ] = None,
@@ -71,9 +74,19 @@ def score(
         bool, typer.Option(help="Publish rows to the low lane for the workers.")
     ] = False,
     bootstrap: Bootstrap = None,
+    from_topic: Annotated[
+        str | None, typer.Option(help="Re-score this request topic's past requests instead.")
+    ] = None,
+    from_time: Annotated[
+        datetime | None, typer.Option(help="With --from-topic: first publish time (UTC).")
+    ] = None,
+    to_time: Annotated[
+        datetime | None, typer.Option(help="With --from-topic: publish time to stop at (UTC).")
+    ] = None,
     torch_threads: Annotated[int | None, typer.Option(help="torch intra-op threads.")] = None,
 ) -> None:
-    """Score a file with a model, resumably: run the same command again after a crash."""
+    """Score a file (or a topic's past requests) with a model, resumably: run the same
+    command again after a crash."""
     import torch
 
     from worker.jobs.params import JobParams, check_name
@@ -82,6 +95,13 @@ def score(
         torch.set_num_threads(torch_threads)
     if output is None and not distributed:
         raise typer.BadParameter("--output is required (unless --distributed)")
+    if from_topic is not None:
+        assert output is not None
+        input, input_column, id_column, label_column = _snapshot(
+            from_topic, from_time, to_time, model, output, bootstrap
+        )
+    if input is None:
+        raise typer.BadParameter("--input (or --from-topic) is required")
     params = JobParams(
         model=model,
         input=input.resolve(),
@@ -98,6 +118,58 @@ def score(
         _publish(name, params, _database(database), bootstrap, models)
         return
     _run_local(name, params, _database(database), models)
+    if from_topic is not None:
+        _compare(name, params, _database(database))
+
+
+def _snapshot(
+    topic: str,
+    from_time: datetime | None,
+    to_time: datetime | None,
+    model: str,
+    output: Path,
+    bootstrap: str | None,
+) -> tuple[Path, list[str], str, str]:
+    """The topic range as a JSON Lines input (kept, so that a rerun resumes on it)."""
+    from worker.jobs.topic import snapshot_topic
+
+    if bootstrap is None:
+        raise typer.BadParameter(
+            "--bootstrap (or INFERLANE_BOOTSTRAP) is required with --from-topic"
+        )
+    dest = output.resolve().with_name(output.name + ".source.jsonl")
+    if not dest.exists():
+        snap = snapshot_topic(
+            bootstrap, topic, model, _epoch_ms(from_time), _epoch_ms(to_time), dest
+        )
+        console.print(
+            f"{snap.records:,} requests for {model} copied from {topic} to {dest} "
+            f"({snap.other_models:,} for other models left out)"
+        )
+    return dest, ["inputs"], "request_id", "expected"
+
+
+def _epoch_ms(moment: datetime | None) -> int | None:
+    if moment is None:
+        return None
+    aware = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return int(aware.timestamp() * 1000)
+
+
+def _compare(name: str, params: object, url: str) -> None:
+    from storage import ResultStore
+    from worker.jobs.params import JobParams
+    from worker.jobs.topic import compare
+
+    assert isinstance(params, JobParams) and params.output is not None
+    dest = params.output.with_name(params.output.name + ".diff.jsonl")
+    with ResultStore(url) as store:
+        diff = compare(store, name, params.input, dest)
+    share = diff.changed / diff.compared if diff.compared else 0.0
+    Console().print(
+        f"compared with stored results: {diff.compared:,} rows, {diff.changed:,} changed "
+        f"({share:.2%}), {diff.missing:,} without a stored result; changes in {diff.path}"
+    )
 
 
 def _run_local(name: str, params: object, url: str, models: Path | None) -> None:
