@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage import ResultStore
-from storage.jobs import CANCELLED, DONE, JobRecord, JobStore
+from storage.jobs import CANCELLED, DONE, JobConflict, JobRecord, JobStore
 from worker.jobs.decode import Decoded, decode
 from worker.jobs.outputs import Parts
 from worker.jobs.params import JobParams
@@ -70,7 +70,10 @@ class LocalJob:
             recomputed = parts.discard_from(record.checkpoint)
             if recomputed:
                 self._jobs.add_recomputed(self.name, recomputed)
-            self._score(record, parts)
+            try:
+                self._score(record, parts)
+            except JobConflict as exc:  # cancelled meanwhile: this window rolled back
+                raise JobError(str(exc)) from None
             parts.assemble()
             self._jobs.finish(self.name)
             parts.remove()
