@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 import torch
 from sqlalchemy import text
 
-from bench import workloads
+from bench import jobs_scaleout, workloads
 from bench.plan import FULL, QUICK
 from bench.scenarios import ceiling
 from bench.scenarios.common import Context
@@ -160,13 +160,28 @@ def kill_and_resume(work: Path, rows: int, say: Any) -> dict[str, Any]:
     return result
 
 
+def scaleout(registry: ModelRegistry, work: Path, rows: int, say: Any) -> dict[str, Any]:
+    source = digits_parquet(work / "scaleout.parquet", rows)
+    warmup = digits_parquet(work / "warmup.parquet", 2000)
+    runs = [
+        jobs_scaleout.one_run(registry, source, warmup, n, work, torch_threads=1) for n in (1, 2)
+    ]
+    for run in runs:
+        say(
+            f"distributed {rows:,} digits rows, {run['workers']} worker(s): "
+            f"{run['rows_per_s']:,} rows/s; each row once in PostgreSQL: {run['each_row_once']}"
+        )
+    return {"runs": runs, "two_vs_one": round(runs[1]["rows_per_s"] / runs[0]["rows_per_s"], 2)}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.jobs", description=__doc__)
     parser.add_argument("--digits-rows", type=int, default=1_000_000)
     parser.add_argument("--minilm-rows", type=int, default=20_000)
     parser.add_argument("--kill-rows", type=int, default=200_000)
+    parser.add_argument("--scaleout-rows", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="a tenth of each size")
-    parser.add_argument("--only", default="digits,minilm,kill")
+    parser.add_argument("--only", default="digits,minilm,kill,scaleout")
     parser.add_argument("--torch-threads", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
     args = parser.parse_args(argv)
@@ -186,6 +201,8 @@ def main(argv: list[str] | None = None) -> None:
             report["minilm"] = minilm_runs(registry, work, args.minilm_rows // scale, ctx, print)
         if "kill" in only:
             report["kill"] = kill_and_resume(work, args.kill_rows // scale, print)
+        if "scaleout" in only:
+            report["scaleout"] = scaleout(registry, work, args.scaleout_rows // scale, print)
     path = args.out / "jobs.json"
     path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     print(f"wrote {path}")
