@@ -37,7 +37,7 @@ from bench.scenarios.common import Context
 from storage import ResultStore, make_engine
 from storage.jobs import JobStore
 from worker.jobs.local import LocalJob
-from worker.jobs.params import JobParams
+from worker.jobs.params import NUMERIC_WINDOW_ROWS, JobParams
 from worker.models import ModelRegistry, digits_test_set
 from worker.serve import load_registry
 
@@ -145,7 +145,7 @@ def kill_and_resume(work: Path, rows: int, say: Any) -> dict[str, Any]:
         "rows": rows,
         "checkpoint_at_kill": at_kill,
         "recomputed_rows": done.recomputed,
-        "window_rows": JobParams.model_fields["window_rows"].default,
+        "window_rows": NUMERIC_WINDOW_ROWS,
         "sql_results": total,
         "sql_distinct_ids": distinct,
         "output_rows": len(order),

@@ -77,7 +77,7 @@ def test_kill_9_mid_job_then_the_same_command_resumes_exactly_once(
 
     done = jobs.get("resume")
     assert done is not None and done.state == "done" and done.checkpoint == N
-    assert done.recomputed <= WINDOW
+    assert done.recomputed <= WINDOW  # at most the window in flight at the kill
     with engine.connect() as conn:
         total, distinct = conn.execute(
             text("SELECT COUNT(*), COUNT(DISTINCT request_id) FROM inference_results")

@@ -67,7 +67,9 @@ def score(
     id_column: Annotated[str | None, typer.Option(help="Column of row ids, kept.")] = None,
     label_column: Annotated[str | None, typer.Option(help="Ground truth: drift log.")] = None,
     models: Annotated[Path | None, typer.Option(help="Registry TOML; unset: demo models.")] = None,
-    window_rows: Annotated[int, typer.Option(help="Rows per checkpoint.")] = 8192,
+    window_rows: Annotated[
+        int | None, typer.Option(help="Rows per checkpoint (default 32768; text 2048).")
+    ] = None,
     batch_size: Annotated[int | None, typer.Option(help="Rows per forward pass.")] = None,
     sql_results: Annotated[bool, typer.Option(help="Write result and drift rows.")] = True,
     distributed: Annotated[

@@ -69,7 +69,10 @@ def publish(
     parts.discard_from(record.checkpoint)
     with InferlaneClient(bootstrap) as client:
         for window in windows(
-            params.input, params.window_rows, start=record.checkpoint, columns=params.columns.names
+            params.input,
+            params.window_for(adapter),
+            start=record.checkpoint,
+            columns=params.columns.names,
         ):
             decoded = decode(window, adapter, params.columns)
             for key, value in _requests(name, params.model, decoded, registry):
@@ -169,7 +172,7 @@ def _ids(params: JobParams) -> list[Any]:
     column = params.id_column
     assert column is not None
     ids: list[Any] = []
-    for window in windows(params.input, params.window_rows, start=0, columns=[column]):
+    for window in windows(params.input, 65_536, start=0, columns=[column]):
         if window.lines is not None:
             ids += [_line_id(line, column) for line in window.lines]
         else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import queue
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,7 +22,7 @@ from pathlib import Path
 from storage import ResultStore
 from storage.jobs import CANCELLED, DONE, JobConflict, JobRecord, JobStore
 from worker.jobs.decode import Decoded, decode
-from worker.jobs.outputs import Parts
+from worker.jobs.outputs import Parts, parts_dir
 from worker.jobs.params import JobParams
 from worker.jobs.rows import WindowResult, window_result
 from worker.jobs.sources import Window, count_rows, windows
@@ -64,6 +65,7 @@ class LocalJob:
     def run(self) -> JobRecord:
         record = open_job(self._jobs, self.name, self.params, kind="local")
         if record.state == DONE:
+            shutil.rmtree(parts_dir(self._output), ignore_errors=True)  # if a crash left it
             return record
         parts = Parts(self._output)
         with _exclusive(parts.folder, self.name):
@@ -87,8 +89,10 @@ class LocalJob:
         done = record.checkpoint
         self._on_progress(Progress(done, record.rows_total))
         for window, decoded in _prefetched(self._decoded(done)):
+            parts.begin(window.start, len(window))
             result = window_result(self.name, window, decoded, model, batch, self.params)
             self._commit(parts, window.start, result)
+            parts.end(window.start, len(window))
             done = window.start + len(window)
             self._on_progress(Progress(done, record.rows_total))
 
@@ -96,15 +100,12 @@ class LocalJob:
         adapter = self._registry.adapter(self.params.model)
         columns = self.params.columns
         for window in windows(
-            self.params.input, self.params.window_rows, start=start, columns=columns.names
+            self.params.input, self.params.window_for(adapter), start=start, columns=columns.names
         ):
             yield window, decode(window, adapter, columns)
 
     def _commit(self, parts: Parts, start: int, result: WindowResult) -> None:
         parts.write(start, result.table, result.errors)
-        if not self.params.sql_results:
-            result.results.clear()
-            result.drift.clear()
         step = self._jobs.advance(self.name, start, result.counts)
         self._store.write(result.results, result.drift, [], also=step)
 

@@ -3,7 +3,8 @@
 Each committed window leaves one part named by its first row; a part is written to a
 temporary name and renamed, so a part either exists whole or not at all. Parts at or
 past the job's checkpoint belong to a window whose SQL commit did not happen: a resumed
-job deletes them and scores those rows again.
+job deletes them and scores those rows again. An empty ``.inflight`` marker names the
+window being scored, so that work lost before its part was written is counted too.
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ class Parts:
             _sync(tmp)
             tmp.rename(self.folder / f"{start:012d}-{table.num_rows}.{self.kind}")
 
+    def begin(self, start: int, rows: int) -> None:
+        (self.folder / f"{start:012d}-{rows}.inflight").touch()
+
+    def end(self, start: int, rows: int) -> None:
+        (self.folder / f"{start:012d}-{rows}.inflight").unlink()
+
     def _atomic(self, path: Path, data: bytes) -> None:
         tmp = path.with_suffix(".tmp")
         with tmp.open("wb") as file:
@@ -61,19 +68,27 @@ class Parts:
         tmp.rename(path)
 
     def discard_from(self, checkpoint: int) -> int:
-        """Delete parts of rows at or past ``checkpoint``; return how many output rows
-        they held (work to redo)."""
-        rows = 0
+        """Delete parts of rows at or past ``checkpoint``; return how many rows their
+        windows held (work to redo: one window, the one in flight at the crash)."""
+        lost: dict[int, int] = {}
         for path in self.folder.iterdir():
             start, count = _parse(path)
-            if start is None or start >= checkpoint:
-                if start is not None and not path.name.endswith(".errors"):
-                    rows += count
-                path.unlink()
-        return rows
+            marker = path.name.endswith(".inflight")
+            if start is not None and start < checkpoint:
+                if marker:  # committed; the crash came before the marker was removed
+                    path.unlink()
+                continue
+            if start is not None and not path.name.endswith(".errors"):
+                lost[start] = max(lost.get(start, 0), count)
+            path.unlink()
+        return sum(lost.values())
 
     def _sorted(self, errors: bool) -> Iterator[Path]:
-        paths = [p for p in self.folder.iterdir() if p.name.endswith(".errors") == errors]
+        paths = [
+            p
+            for p in self.folder.iterdir()
+            if p.name.endswith(".errors") == errors and not p.name.endswith(".inflight")
+        ]
         return iter(sorted(p for p in paths if _parse(p)[0] is not None))
 
     def assemble(self) -> None:

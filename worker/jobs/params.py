@@ -9,10 +9,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from worker.jobs.decode import Columns
+from worker.jobs.decode import Columns, NumericAdapter
+from worker.models import Adapter
 
 # Request ids are "{job}:{row}" and at most 128 characters.
 MAX_NAME_CHARS = 100
+NUMERIC_WINDOW_ROWS = 32_768
+TEXT_WINDOW_ROWS = 2048
 
 
 class JobParams(BaseModel):
@@ -24,7 +27,8 @@ class JobParams(BaseModel):
     input_columns: tuple[str, ...] = ("inputs",)
     id_column: str | None = None
     label_column: str | None = None
-    window_rows: int = Field(default=8192, ge=1)
+    # Rows per checkpoint; None: by the model's kind (below).
+    window_rows: int | None = Field(default=None, ge=1)
     batch_size: int | None = Field(default=None, ge=1)  # None: the model's max_batch
     sql_results: bool = True
 
@@ -39,6 +43,13 @@ class JobParams(BaseModel):
     @property
     def columns(self) -> Columns:
         return Columns(self.input_columns, self.id_column, self.label_column)
+
+    def window_for(self, adapter: Adapter) -> int:
+        """Numeric rows are cheap (large windows: fewer commits); text costs a forward
+        pass of milliseconds per row (small windows: little to redo after a crash)."""
+        if self.window_rows is not None:
+            return self.window_rows
+        return NUMERIC_WINDOW_ROWS if isinstance(adapter, NumericAdapter) else TEXT_WINDOW_ROWS
 
     def stored(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
