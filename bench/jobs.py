@@ -37,6 +37,7 @@ from bench.scenarios.common import Context
 from storage import ResultStore, make_engine
 from storage.jobs import JobStore
 from worker.jobs.local import LocalJob
+from worker.jobs.outputs import parts_dir
 from worker.jobs.params import NUMERIC_WINDOW_ROWS, JobParams
 from worker.models import ModelRegistry, digits_test_set
 from worker.serve import load_registry
@@ -109,6 +110,13 @@ def minilm_runs(
     return {"job_rows_per_s": round(rps, 1), "ceiling": top, "ratio": round(ratio, 3), **info}
 
 
+def _scoring(output: Path) -> bool:
+    try:
+        return any(p.suffix == ".inflight" for p in parts_dir(output).iterdir())
+    except FileNotFoundError:  # not started yet, or finished
+        return False
+
+
 def kill_and_resume(work: Path, rows: int, say: Any) -> dict[str, Any]:
     source = digits_parquet(work / "kill.parquet", rows)
     output, url = work / "kill-out.parquet", f"sqlite:///{work / 'kill.db'}"
@@ -121,7 +129,8 @@ def kill_and_resume(work: Path, rows: int, say: Any) -> dict[str, Any]:
     jobs = JobStore(engine)
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     at_kill = 0
-    while proc.poll() is None and at_kill < rows // 2:
+    # Past half, and while a window is being scored (its in-flight marker is there).
+    while proc.poll() is None and not (at_kill >= rows // 2 and _scoring(output)):
         try:
             job = jobs.get("kill")
         except Exception:  # the job table is not there yet

@@ -210,3 +210,41 @@ def test_the_same_job_with_other_parameters_is_refused(
     _, _, record = run_job(demo_registry, url, source, tmp_path / "o.parquet")
     assert record.checkpoint == 10  # type: ignore[attr-defined]
     assert np.array_equal(pq.read_table(tmp_path / "o.parquet").column("row"), np.arange(10))
+
+
+def test_bad_csv_cells_and_lines_are_listed_and_the_rest_scored(
+    demo_registry: ModelRegistry, tmp_path: Path
+) -> None:
+    x, _ = digits(3)
+    header = "id," + CSV_COLUMNS + ",label"
+
+    def line(i: int, cells: list[str]) -> str:
+        return ",".join([f"id-{i}", *cells, "1"])
+
+    bad_cell = [str(v) for v in x[1]]
+    bad_cell[3] = "abc"
+    text_lines = [
+        header,
+        line(0, [str(v) for v in x[0]]),
+        line(1, bad_cell),
+        "id-x,1,2",  # too few columns: the parser skips it
+        line(2, [str(v) for v in x[2]]),
+    ]
+    source = tmp_path / "in.csv"
+    source.write_text("\n".join(text_lines) + "\n")
+    output = tmp_path / "out.csv"
+    params = JobParams(
+        model="digits", input=source, output=output, input_columns=(CSV_COLUMNS,), id_column="id"
+    )
+    with ResultStore(f"sqlite:///{tmp_path / 'j.db'}") as store:
+        record = LocalJob("t", params, demo_registry, store).run()
+
+    errors = [orjson.loads(e) for e in errors_path(output).read_bytes().splitlines()]
+    assert errors[0] == {
+        "row": 1,
+        "id": "id-1",
+        "error": "inputs must contain only numbers, got strings",
+    }
+    assert errors[1]["row"] is None and "columns" in errors[1]["error"]
+    assert record.errors == 2
+    assert read_output(output).column("id").to_pylist() == ["id-0", "id-2"]

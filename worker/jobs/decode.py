@@ -139,7 +139,10 @@ def _numbers(column: pa.ChunkedArray) -> np.ndarray:
     """A column as float64, NaN where a value is missing or not a number."""
     array = column.combine_chunks()
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        return np.array([_float(v) for v in array.to_pylist()], dtype=np.float64)
+        try:  # CSV cells are read as text; numbers convert in one pass
+            array = pc.cast(array, pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return np.array([_float(v) for v in array.to_pylist()], dtype=np.float64)
     if not (_is_number(array.type) or pa.types.is_boolean(array.type)):
         return np.full(len(array), np.nan)
     as_float = pc.cast(array, pa.float64())

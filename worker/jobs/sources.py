@@ -6,6 +6,7 @@ input exactly where the first run did.
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,8 +101,8 @@ def _csv_batches(
         )
         return "skip"
 
-    header = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 16))
-    names = header.schema.names
+    with path.open(newline="") as file:
+        names = next(csv.reader(file), [])
     missing = sorted(set(columns) - set(names))
     if missing:
         raise ValueError(f"{path}: no column {', '.join(missing)}")
