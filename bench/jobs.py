@@ -110,9 +110,13 @@ def minilm_runs(
     return {"job_rows_per_s": round(rps, 1), "ceiling": top, "ratio": round(ratio, 3), **info}
 
 
-def _scoring(output: Path) -> bool:
+def _scoring(output: Path, checkpoint: int) -> bool:
+    """A window past the checkpoint is being scored (its in-flight marker is there)."""
     try:
-        return any(p.suffix == ".inflight" for p in parts_dir(output).iterdir())
+        return any(
+            p.suffix == ".inflight" and int(p.name.split("-")[0]) >= checkpoint
+            for p in parts_dir(output).iterdir()
+        )
     except FileNotFoundError:  # not started yet, or finished
         return False
 
@@ -129,8 +133,8 @@ def kill_and_resume(work: Path, rows: int, say: Any) -> dict[str, Any]:
     jobs = JobStore(engine)
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     at_kill = 0
-    # Past half, and while a window is being scored (its in-flight marker is there).
-    while proc.poll() is None and not (at_kill >= rows // 2 and _scoring(output)):
+    # Past half, and while the next window is being scored.
+    while proc.poll() is None and not (at_kill >= rows // 2 and _scoring(output, at_kill)):
         try:
             job = jobs.get("kill")
         except Exception:  # the job table is not there yet
