@@ -1,19 +1,20 @@
 """A small publishing client for users: send requests, await their results.
 
 Built on kafka-python (blocking, no event loop needed). Results are read by
-assigning the results topic's partitions directly, from the end offsets taken
-before publishing, so no consumer group join is needed.
+assigning the results topic's partitions directly, from the end of the topic as it
+stood before publishing, so no consumer group join is needed.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
 
 from consumers.contract import InferenceRequest, InferenceResult
 
@@ -40,8 +41,10 @@ class InferlaneClient:
         partitions = consumer.partitions_for_topic(self._results_topic) or set()
         tps = [TopicPartition(self._results_topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
+        # A lower bound of the end on some brokers (see ``read_to_end``): skip the rest.
         for tp, end in consumer.end_offsets(tps).items():
             consumer.seek(tp, end)
+        read_to_end(consumer, tps)
         self._consumer = consumer
 
     def send_raw(
@@ -106,3 +109,28 @@ class InferlaneClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def read_to_end(
+    consumer: KafkaConsumer, tps: Sequence[TopicPartition], *, timeout_s: float = 30.0
+) -> list[ConsumerRecord]:
+    """Every record from the consumer's positions to the end of ``tps``.
+
+    The end is the high watermark that each fetch response reports, not
+    ``end_offsets()``: the embedded broker (Tansu) answers ListOffsets with a count of
+    record batches, so reading "up to the end offsets" stops early there.
+    """
+    records: list[ConsumerRecord] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for batch in consumer.poll(timeout_ms=100).values():
+            records.extend(batch)
+        if all(_caught_up(consumer, tp) for tp in tps):
+            return records
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"did not reach the end of {len(tps)} partitions in {timeout_s}s")
+
+
+def _caught_up(consumer: KafkaConsumer, tp: TopicPartition) -> bool:
+    highwater = consumer.highwater(tp)
+    return highwater is not None and consumer.position(tp) >= highwater

@@ -21,7 +21,13 @@ class Status(StrEnum):
     REJECTED = "rejected"
 
 
-RequestId = Annotated[str, Field(min_length=1, max_length=128)]
+# What the SQL columns and PostgreSQL text can hold: ids up to 128 characters, names up
+# to 255, and no NUL character (PostgreSQL refuses it in text).
+NO_NUL = r"^[^\x00]*$"
+RequestId = Annotated[str, Field(min_length=1, max_length=128, pattern=NO_NUL)]
+ModelName = Annotated[str, Field(min_length=1, max_length=255, pattern=NO_NUL)]
+# Kafka's legal topic names.
+TopicName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
 
 # A JSON value. Not pydantic's JsonValue: requests are parsed by orjson, so they are JSON
 # by construction, and re-validating every element cost more than a small model's
@@ -35,14 +41,14 @@ class InferenceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     request_id: RequestId
-    model: Annotated[str, Field(min_length=1, max_length=256)]
+    model: ModelName
     inputs: Json = Field(repr=False)
     priority: Priority | None = None
     # Strict: JSON true must not become a 1 ms timeout.
     timeout_ms: Annotated[StrictInt, Field(gt=0)] | None = None
     deadline_ms: Annotated[StrictInt, Field(gt=0)] | None = None
     expected: Json = Field(default=None, repr=False)
-    reply_to: Annotated[str, Field(min_length=1, max_length=249)] | None = None
+    reply_to: TopicName | None = None
     metadata: dict[str, Json] | None = None
 
     @model_validator(mode="after")

@@ -56,14 +56,20 @@ def _describe(exc: ValidationError) -> str:
 
 def _id_of(parsed: dict[str, object]) -> str | None:
     rid = parsed.get("request_id")
-    return rid if isinstance(rid, str) and 0 < len(rid) <= MAX_ID_CHARS else None
+    return rid if isinstance(rid, str) and _usable_id(rid) else None
 
 
 def _key_id(key: bytes | None) -> str | None:
     # The key is the recommended request id; use it when the value cannot say.
-    if not key or len(key) > MAX_ID_CHARS:
+    if not key or len(key) > 4 * MAX_ID_CHARS:
         return None
     try:
-        return key.decode()
+        rid = key.decode()
     except UnicodeDecodeError:
         return None
+    return rid if _usable_id(rid) else None
+
+
+def _usable_id(rid: str) -> bool:
+    """An id the rejected result can carry into SQL (see ``contract.RequestId``)."""
+    return 0 < len(rid) <= MAX_ID_CHARS and "\x00" not in rid

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.producer.message_accumulator import BatchBuilder
+
+# How long a topic that could not be resolved stays refused before it is asked for again.
+UNWRITABLE_TTL_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +23,14 @@ class OutRecord:
     headers: list[tuple[str, bytes]] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A record the broker refused for good: a retry would fail the same way."""
+
+    record: OutRecord
+    reason: str
+
+
 class Egress:
     """Builds one record batch per partition instead of one ``send`` per record: the
     per-record path of aiokafka costs about 3x more in Python, and this runs for
@@ -25,7 +38,14 @@ class Egress:
     as any Kafka client would place them."""
 
     def __init__(
-        self, *, bootstrap: str, client_id: str, linger_ms: int, max_request_bytes: int
+        self,
+        *,
+        bootstrap: str,
+        client_id: str,
+        linger_ms: int,
+        max_request_bytes: int,
+        metadata_timeout_s: float = 10.0,
+        stable_topics: frozenset[str] = frozenset(),
     ) -> None:
         # No idempotence nor transactions: the embedded broker supports neither, and
         # results are at-least-once by contract (keyed by request id).
@@ -39,6 +59,11 @@ class Egress:
         )
         self._partitioner = DefaultPartitioner()
         self._partitions: dict[str, list[int]] = {}
+        self._metadata_timeout_s = metadata_timeout_s
+        # Topics the worker created itself: failing to resolve them is an outage, not a
+        # refusal, so it is raised (and retried) rather than reported.
+        self._stable = stable_topics
+        self._unwritable: dict[str, tuple[float, str]] = {}  # topic -> (until, reason)
 
     async def start(self) -> None:
         await self._producer.start()
@@ -46,27 +71,84 @@ class Egress:
     async def stop(self) -> None:
         await self._producer.stop()
 
-    async def publish(self, records: list[OutRecord]) -> None:
-        """Send all, then wait until every one is acknowledged (raises on failure)."""
-        open_batches: dict[tuple[str, int], BatchBuilder] = {}
-        sent: list[asyncio.Future[object]] = []
-        for r in records:
-            dest = (r.topic, await self._partition(r.topic, r.key))
-            batch = open_batches.get(dest)
-            if batch is None:
-                batch = open_batches[dest] = self._producer.create_batch()
-            if batch.append(key=r.key, value=r.value, timestamp=None, headers=r.headers) is None:
-                sent.append(await self._producer.send_batch(batch, dest[0], partition=dest[1]))
-                batch = open_batches[dest] = self._producer.create_batch()
-                batch.append(key=r.key, value=r.value, timestamp=None, headers=r.headers)
-        for (topic, partition), batch in open_batches.items():
-            sent.append(await self._producer.send_batch(batch, topic, partition=partition))
-        if sent:
-            await asyncio.gather(*sent)
+    async def publish(self, records: list[OutRecord]) -> list[Refused]:
+        """Send all and wait until each is acknowledged or refused for good.
 
-    async def _partition(self, topic: str, key: bytes | None) -> int:
+        Returns the refused ones; raises on a transient failure (the caller retries
+        the whole call: results are at-least-once).
+        """
+        refused: list[Refused] = []
+        open_batches: dict[tuple[str, int], tuple[BatchBuilder, list[OutRecord]]] = {}
+        sent: list[tuple[asyncio.Future[object], list[OutRecord]]] = []
+        for r in records:
+            partition = await self._partition(r.topic, r.key)
+            if isinstance(partition, Refused):
+                refused.append(Refused(r, partition.reason))
+                continue
+            dest = (r.topic, partition)
+            batch, members = open_batches.get(dest) or (self._producer.create_batch(), [])
+            if batch.append(key=r.key, value=r.value, timestamp=None, headers=r.headers) is None:
+                sent.append((await self._send(batch, dest), members))
+                batch, members = self._producer.create_batch(), []
+                batch.append(key=r.key, value=r.value, timestamp=None, headers=r.headers)
+            members.append(r)
+            open_batches[dest] = (batch, members)
+        for dest, (batch, members) in open_batches.items():
+            sent.append((await self._send(batch, dest), members))
+        outcomes = await asyncio.gather(*(f for f, _ in sent), return_exceptions=True)
+        alone: list[OutRecord] = []
+        for (_, members), outcome in zip(sent, outcomes, strict=True):
+            if not isinstance(outcome, BaseException):
+                continue
+            if _transient(outcome):
+                raise outcome
+            if len(members) == 1:
+                refused.append(Refused(members[0], _describe(outcome)))
+            else:  # find which of them the broker refuses: send each on its own
+                alone.extend(members)
+        for r in alone:
+            refused.extend(await self.publish([r]))
+        return refused
+
+    async def _send(self, batch: BatchBuilder, dest: tuple[str, int]) -> asyncio.Future[object]:
+        topic, partition = dest
+        return await self._producer.send_batch(batch, topic, partition=partition)
+
+    async def _partition(self, topic: str, key: bytes | None) -> int | Refused:
         partitions = self._partitions.get(topic)
         if partitions is None:
-            known = await self._producer.partitions_for(topic)
+            known = await self._resolve(topic)
+            if isinstance(known, Refused):
+                return known
             partitions = self._partitions[topic] = sorted(known)
         return int(self._partitioner(key, partitions, partitions))
+
+    async def _resolve(self, topic: str) -> set[int] | Refused:
+        """The topic's partitions; a topic that cannot be resolved in time is refused for
+        a while (aiokafka would wait 40 s per record for an illegal or forbidden one)."""
+        now = time.monotonic()
+        until, reason = self._unwritable.get(topic, (0.0, ""))
+        if until > now:
+            return Refused(OutRecord(topic, None, None), reason)
+        try:
+            return set(
+                await asyncio.wait_for(
+                    self._producer.partitions_for(topic), self._metadata_timeout_s
+                )
+            )
+        except (TimeoutError, KafkaError) as exc:
+            if topic in self._stable:
+                raise
+            reason = f"topic {topic!r} is unknown or not writable: {_describe(exc)}"
+            self._unwritable[topic] = (now + UNWRITABLE_TTL_S, reason)
+            return Refused(OutRecord(topic, None, None), reason)
+
+
+def _transient(exc: BaseException) -> bool:
+    # aiokafka marks its errors; anything else (a timeout, a dropped connection) is
+    # treated as transient so that nothing is refused for a passing fault.
+    return not isinstance(exc, KafkaError) or bool(exc.retriable)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -46,5 +46,29 @@ class ModelFailed(InferlaneError):
     code = "model_error"
 
 
+class NonFiniteOutput(InferlaneError):
+    """The model returned NaN or Infinity for this request."""
+
+    code = "non_finite_output"
+
+
+class ReplyToNotAllowed(InferlaneError):
+    """``reply_to`` names a topic outside the configured allow-list."""
+
+    code = "reply_to_not_allowed"
+
+
+class ReplyToRefused(InferlaneError):
+    """The broker refused the result on the request's ``reply_to`` topic for good."""
+
+    code = "reply_to_refused"
+
+
+class ResultTooLarge(InferlaneError):
+    """The result is larger than a Kafka record may be; its Kafka copy drops its payload."""
+
+    code = "result_too_large"
+
+
 class Expired(InferlaneError):
     code = "expired"

@@ -4,7 +4,7 @@ It takes plain records and imports nothing from ``worker`` or ``consumers``.
 """
 
 from storage.engine import make_engine
-from storage.errors import StoreUnavailable
+from storage.errors import RowsRefused, StoreUnavailable
 from storage.migrate import upgrade
 from storage.queries import (
     DriftSummary,
@@ -22,6 +22,7 @@ __all__ = [
     "OffsetRow",
     "ResultRow",
     "ResultStore",
+    "RowsRefused",
     "StoreUnavailable",
     "anomaly_count",
     "count_results",

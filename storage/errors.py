@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import ClassVar
 
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 
@@ -20,6 +20,20 @@ class StoreUnavailable(Exception):
 
     code: ClassVar[str] = "store_unavailable"
     retriable: ClassVar[bool] = True
+
+
+class RowsRefused(Exception):
+    """The database refused a value in the batch (a constraint, or a value its column
+    cannot hold): the same rows will fail again, so a retry cannot help. The caller
+    isolates the refused rows; ``reason`` is the database's message, without the
+    statement or its parameters."""
+
+    code: ClassVar[str] = "store_refused"
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 # sqlite3 raises OperationalError for missing tables and bad SQL too; only these
@@ -36,8 +50,9 @@ _SQLITE_TRANSIENT = frozenset(
 
 
 @contextmanager
-def unavailable_on_transient_errors() -> Iterator[None]:
-    """Raise ``StoreUnavailable`` for errors a retry can cure; let the rest through."""
+def classified_errors() -> Iterator[None]:
+    """``StoreUnavailable`` for errors a retry can cure, ``RowsRefused`` for values the
+    database refuses; the rest (a missing table, bad SQL: our bugs) pass through."""
     try:
         yield
     except PoolTimeout as exc:
@@ -45,7 +60,17 @@ def unavailable_on_transient_errors() -> Iterator[None]:
     except DBAPIError as exc:
         if _is_transient(exc):
             raise StoreUnavailable(str(exc)) from exc
+        if isinstance(exc, IntegrityError | DataError):
+            raise RowsRefused(_first_line(exc.orig)) from exc
         raise
+    except OverflowError as exc:  # sqlite3: an integer beyond 64 bits
+        raise RowsRefused(str(exc)) from exc
+
+
+def _first_line(error: BaseException | None) -> str:
+    # The driver's own message: SQLAlchemy's adds the statement and its parameters.
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def _is_transient(exc: DBAPIError) -> bool:

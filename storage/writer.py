@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Engine, select
 
 from storage.bulk import BulkStatement
 from storage.engine import begin_write, make_engine
-from storage.errors import unavailable_on_transient_errors
+from storage.errors import classified_errors
 from storage.migrate import upgrade
 from storage.records import DriftRow, OffsetRow, ResultRow
 from storage.schema import consumer_offsets
@@ -24,7 +24,7 @@ class ResultStore:
 
     ``write`` is blocking: call it from a thread, not from the event loop that
     heartbeats the Kafka group. It raises ``StoreUnavailable`` when a retry of the
-    same batch may succeed; any other error means the batch itself is bad.
+    same batch may succeed, and ``RowsRefused`` when a value in it is refused for good.
     """
 
     def __init__(self, url: str, *, migrate: bool = True) -> None:
@@ -37,7 +37,7 @@ class ResultStore:
         self._result_values = attrgetter(*self._results.columns)
         self._drift_values = attrgetter(*self._drift.columns)
         if migrate:
-            with unavailable_on_transient_errors():
+            with classified_errors():
                 upgrade(self._engine)
 
     @property
@@ -59,7 +59,7 @@ class ResultStore:
         """
         if not (results or drift or offsets or also):
             return
-        with unavailable_on_transient_errors(), begin_write(self._engine) as conn:
+        with classified_errors(), begin_write(self._engine) as conn:
             # One executemany per table; empty parameter lists would run it once, bare.
             if results:
                 latest = {row.request_id: row for row in results}
@@ -77,7 +77,7 @@ class ResultStore:
         query = select(
             consumer_offsets.c.topic, consumer_offsets.c.partition, consumer_offsets.c.next_offset
         ).where(consumer_offsets.c.group_id == group_id)
-        with unavailable_on_transient_errors(), self._engine.connect() as conn:
+        with classified_errors(), self._engine.connect() as conn:
             return {(topic, partition): offset for topic, partition, offset in conn.execute(query)}
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from consumers.contract import InferenceRequest, Priority
 from consumers.decode import DecodeFailure, decode
-from consumers.errors import InferlaneError
+from consumers.errors import InferlaneError, ReplyToNotAllowed
 from consumers.records import RawRecord
 from worker.models import Adapter
 from worker.outcomes import rejected
@@ -32,10 +32,12 @@ class Admission:
         adapter_for: Callable[[str], Adapter],
         lane_of_topic: dict[str, Priority],
         max_bytes: int,
+        reply_to_allowed: Callable[[str], bool],
     ) -> None:
         self._adapter_for = adapter_for  # raises UnknownModel
         self._lane_of_topic = lane_of_topic
         self._max_bytes = max_bytes
+        self._reply_to_allowed = reply_to_allowed
 
     def admit(self, records: Sequence[RawRecord]) -> Admitted:
         out = Admitted()
@@ -61,6 +63,10 @@ class Admission:
         lane: Priority,
         wall_minus_mono_ms: float,
     ) -> Pending:
+        if request.reply_to is not None and not self._reply_to_allowed(request.reply_to):
+            raise ReplyToNotAllowed(
+                f"reply_to {request.reply_to!r} is not an allowed results topic"
+            )
         adapter = self._adapter_for(request.model)
         item = adapter.prepare(request.inputs)
         return Pending(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -21,9 +22,14 @@ class TopicConfig(_Frozen):
     results: str = "inferlane.results"
     dead_letters: str = "inferlane.requests.dlq"
     partitions: int = Field(default=3, ge=1)  # for topics the worker creates
+    # Topics a request's ``reply_to`` may name, besides ``results`` (a full match).
+    reply_to_pattern: str = r"inferlane\.results\..+"
 
     def lane_topics(self) -> dict[str, Priority]:
         return {self.high: Priority.HIGH, self.normal: Priority.NORMAL, self.low: Priority.LOW}
+
+    def reply_to_allowed(self, topic: str) -> bool:
+        return topic == self.results or re.fullmatch(self.reply_to_pattern, topic) is not None
 
 
 class KafkaConfig(_Frozen):
@@ -37,6 +43,8 @@ class KafkaConfig(_Frozen):
     # Tansu holds a join for about half of this: short keeps startup and rebalances quick.
     session_timeout_ms: int = Field(default=10_000, ge=6_000)
     linger_ms: int = 2
+    # How long to wait for an unknown topic (a reply_to) before refusing its records.
+    metadata_timeout_ms: int = Field(default=10_000, ge=100)
 
     @property
     def max_request_bytes(self) -> int:
@@ -60,8 +68,16 @@ class LaneConfig(_Frozen):
     # memory low: with a 150k backlog, 50k in flight ran ~20% slower than 10k and held
     # results ~8x longer (bench, digits).
     capacity: int = Field(default=4096, ge=1)
-    max_in_flight: int = Field(default=10_000, ge=1)  # uncommitted records; pauses all
+    # Consumed records not yet durable, by count and by value bytes: intake pauses when
+    # either is spent, so an outage holds a bounded amount. Decoded inputs take a few
+    # times their JSON size in memory.
+    max_in_flight: int = Field(default=10_000, ge=1)
+    max_in_flight_bytes: int = Field(default=64 * 2**20, ge=1024)
+    # Share of that budget only the high topic may use: bulk topics pause before it.
+    high_reserve: float = Field(default=0.1, ge=0, lt=1)
     single_lane: bool = False  # FIFO baseline: every request in one lane
+    # Longest a rebalance waits for the revoked partitions' started work to be durable.
+    rebalance_drain_s: float = Field(default=10.0, gt=0)
 
 
 class SinkConfig(_Frozen):

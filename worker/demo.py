@@ -103,9 +103,21 @@ async def _results_reader(settings: WorkerSettings) -> AIOKafkaConsumer:
     await consumer.topics()  # refresh metadata: the worker has just created the topic
     tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
     consumer.assign(tps)
+    # Tansu's end offsets count record batches, a lower bound of the real end: seek
+    # there, then skip to the high watermark that the fetches report.
     for tp, end in (await consumer.end_offsets(tps)).items():
         consumer.seek(tp, end)
+    while not await _caught_up(consumer, tps):
+        await consumer.getmany(*tps, timeout_ms=100)
     return consumer
+
+
+async def _caught_up(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:
+    for tp in tps:
+        highwater = consumer.highwater(tp)
+        if highwater is None or await consumer.position(tp) < highwater:
+            return False
+    return True
 
 
 async def _collect(

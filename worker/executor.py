@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from consumers.contract import ErrorInfo
-from consumers.errors import ModelFailed
+from consumers.errors import InferlaneError, ModelFailed
 from worker.models import LoadedModel
 from worker.pending import Batch, ItemResult, Pending
 
@@ -78,4 +78,6 @@ def _run_isolating(model: LoadedModel, items: Sequence[Pending]) -> list[ItemRes
 
 
 def _error(what: str, exc: Exception) -> ErrorInfo:
-    return ErrorInfo(code=ModelFailed.code, message=f"{what}: {type(exc).__name__}: {exc}")
+    # Our own errors keep their code (e.g. non_finite_output); anything else is the model's.
+    code = exc.code if isinstance(exc, InferlaneError) else ModelFailed.code
+    return ErrorInfo(code=code, message=f"{what}: {type(exc).__name__}: {exc}")

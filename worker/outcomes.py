@@ -12,7 +12,7 @@ from consumers.contract import (
     Priority,
     Status,
 )
-from consumers.errors import BadInput, Expired, InferlaneError, ModelFailed
+from consumers.errors import BadInput, Expired, InferlaneError, ReplyToNotAllowed
 from consumers.records import DeadLetter, RawRecord
 from worker.executor import BatchRun
 from worker.models import Adapter
@@ -43,7 +43,9 @@ def rejected(
             latency_ms=Latency(queue=0.0, compute=0.0, total=total),
             metadata=request.metadata if request else None,
         )
-        outcome.reply_to = request.reply_to if request else None
+        # A refused reply_to gets its answer on the results topic.
+        if request is not None and not isinstance(error, ReplyToNotAllowed):
+            outcome.reply_to = request.reply_to
     return outcome
 
 
@@ -81,7 +83,10 @@ def completed(batch: Batch, run: BatchRun, adapter: Adapter) -> list[Outcome]:
             outcome.drift = _drift(adapter, request, outputs)
         else:
             status, error, outputs = Status.ERROR, item.error, None
-            outcome.dead_letter = DeadLetter.of(pending.record, ModelFailed(item.error.message))
+            src = pending.record
+            outcome.dead_letter = DeadLetter(
+                src.source, src.key, src.value, item.error.code, item.error.message
+            )
         outcome.result = InferenceResult(
             request_id=request.request_id,
             model=request.model,

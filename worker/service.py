@@ -16,9 +16,10 @@ import gc
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 
+from consumers.contract import Priority
 from consumers.egress import Egress
 from consumers.ingress import Ingress
 from consumers.offsets import OffsetTracker, TopicPartitionKey
@@ -28,9 +29,10 @@ from storage import ResultStore
 from worker.admission import Admission
 from worker.backpressure import paused_topics
 from worker.batcher import Batcher
-from worker.completion import CompletionQueue
+from worker.completion import BULK, URGENT, CompletionQueue
 from worker.config import WorkerSettings
 from worker.executor import BatchRun, Executor, ThreadExecutor
+from worker.inflight import InFlight
 from worker.lanes import Lanes
 from worker.metrics import WorkerMetrics
 from worker.models import ModelRegistry
@@ -41,7 +43,8 @@ from worker.sink import Sink
 log = logging.getLogger(__name__)
 
 _FETCH_TIMEOUT_MS = 100
-_REBALANCE_DRAIN_S = 30.0
+# Each shutdown step gets at least this long, even when draining used up the timeout.
+_STEP_GRACE_S = 1.0
 
 
 class Worker:
@@ -75,6 +78,7 @@ class Worker:
             adapter_for=registry.adapter,
             lane_of_topic=self._lane_of_topic,
             max_bytes=kafka.max_message_bytes,
+            reply_to_allowed=topics.reply_to_allowed,
         )
         self._ingress = Ingress(
             bootstrap=settings.bootstrap,
@@ -93,15 +97,21 @@ class Worker:
             client_id=kafka.client_id,
             linger_ms=kafka.linger_ms,
             max_request_bytes=kafka.max_request_bytes,
+            metadata_timeout_s=kafka.metadata_timeout_ms / 1000,
+            stable_topics=frozenset({topics.results, topics.dead_letters}),
         )
         self._done = CompletionQueue()
-        # Bounded: when SQL falls behind, stage 1 waits instead of piling up chunks.
-        self._published: asyncio.Queue[list[Outcome]] = asyncio.Queue(maxsize=2)
+        # Published chunks waiting for SQL, with whether each holds a bulk slot: when SQL
+        # falls behind, bulk publishing waits for a slot; urgent chunks never wait.
+        self._published: asyncio.Queue[tuple[list[Outcome], bool]] = asyncio.Queue()
+        self._bulk_slots = asyncio.Semaphore(2)
         self._wake = asyncio.Event()  # new requests or a free executor slot
         self._intake_lock = asyncio.Lock()  # a rebalance waits for the chunk being admitted
         self._running_batches = 0
-        self._unfinished = 0  # records admitted or rejected, not yet durable
-        self._settled = asyncio.Event()
+        self._in_flight = InFlight(
+            max_records=settings.lanes.max_in_flight, max_bytes=settings.lanes.max_in_flight_bytes
+        )
+        self._progress = asyncio.Event()  # something became durable or was handed back
         self._accepting = True
         self._tasks: list[asyncio.Task[None]] = []
         self._failed: asyncio.Future[None] | None = None  # a stage's bug, raised by wait()
@@ -135,7 +145,8 @@ class Worker:
         self._tasks = [
             asyncio.create_task(self._intake(), name="inferlane-intake"),
             asyncio.create_task(self._schedule(), name="inferlane-schedule"),
-            asyncio.create_task(self._publish(), name="inferlane-publish"),
+            asyncio.create_task(self._publish(URGENT), name="inferlane-publish-urgent"),
+            asyncio.create_task(self._publish(BULK), name="inferlane-publish"),
             asyncio.create_task(self._persist(), name="inferlane-persist"),
         ]
 
@@ -158,23 +169,27 @@ class Worker:
 
     async def stop(self, *, drain: bool = True, timeout_s: float = 30.0) -> None:
         """Drain: finish everything consumed so far. Abort: stop now; the uncommitted
-        records are replayed by whoever consumes the partitions next."""
+        records are replayed by whoever consumes the partitions next.
+
+        Bounded whatever the database, broker or a model does: ``timeout_s`` for the
+        drain, and at most the rest of it (or ``_STEP_GRACE_S``) for each shutdown step.
+        """
+        deadline = time.monotonic() + timeout_s
         self._accepting = False
         if drain:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._until_settled(), timeout_s)
+            await _bounded(deadline, "drain", self._until_settled())
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._writing is not None:
-            await asyncio.gather(self._writing, return_exceptions=True)
+        if self._writing is not None:  # shielded: finish it, or leave it to be replayed
+            await _bounded(deadline, "the SQL write", asyncio.shield(self._writing))
         if self._failed is not None and not self._failed.done():
             self._failed.cancel()
-        await self._ingress.stop()
-        await self._egress.stop()
-        await asyncio.to_thread(self._executor.shutdown)
+        await _bounded(deadline, "leaving the group", self._ingress.stop())
+        await _bounded(deadline, "the producer", self._egress.stop())
+        await _bounded(deadline, "the executor", asyncio.to_thread(self._executor.shutdown))
         if self._store is not None:
-            self._store.close()
+            await _bounded(deadline, "the database", asyncio.to_thread(self._store.close))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then drain and shut down."""
@@ -214,7 +229,7 @@ class Worker:
     async def _admit(self, records: list[RawRecord]) -> None:
         for r in records:
             self._tracker.started((r.source.topic, r.source.partition), r.source.offset)
-        self._unfinished += len(records)
+        self._in_flight.add(records)
         self.metrics.consumed(Counter(r.source.topic for r in records))
         admitted = await asyncio.to_thread(self._admission.admit, records)
         for pending in admitted.pending:
@@ -223,15 +238,14 @@ class Worker:
         self._wake.set()
 
     def _apply_backpressure(self) -> None:
-        in_flight = self._tracker.in_flight()
-        self.metrics.in_flight.set(in_flight)
+        self.metrics.in_flight.set(len(self._in_flight))
         self.metrics.queued.set(len(self._lanes))
         self._ingress.set_paused(
             paused_topics(
                 self._lane_of_topic,
                 self._lanes,
-                in_flight=in_flight,
-                max_in_flight=self.settings.lanes.max_in_flight,
+                load=self._in_flight.load,
+                high_reserve=self.settings.lanes.high_reserve,
             )
         )
 
@@ -282,12 +296,16 @@ class Worker:
         if outcomes:
             self._done.put(outcomes)
 
-    async def _publish(self) -> None:
-        """Stage 1: results and dead letters to Kafka, acknowledged, high lane first."""
+    async def _publish(self, lanes: tuple[Priority, ...]) -> None:
+        """Stage 1: results and dead letters to Kafka, acknowledged; one task per stream
+        (urgent, bulk), so a high result never waits behind a bulk chunk."""
+        bulk = lanes == BULK
         while True:
-            chunk = await self._done.take(self.settings.sink.max_chunk)
+            chunk = await self._done.take(self.settings.sink.max_chunk, lanes)
             await self._sink.publish(chunk)
-            await self._published.put(chunk)
+            if bulk:
+                await self._bulk_slots.acquire()
+            self._published.put_nowait((chunk, bulk))
 
     async def _persist(self) -> None:
         """Stage 2: SQL (results, drift, offsets in one transaction), then Kafka commit.
@@ -296,9 +314,7 @@ class Worker:
         Only outcomes already on Kafka count as finished for the offsets.
         """
         while True:
-            chunk = await self._published.get()
-            while not self._published.empty():
-                chunk.extend(self._published.get_nowait())
+            chunk, slots = await self._take_published()
             for o in chunk:
                 src = o.record.source
                 self._tracker.finished((src.topic, src.partition), src.offset)
@@ -307,6 +323,18 @@ class Worker:
             # either durable or replayed, never half-written.
             self._writing = asyncio.ensure_future(self._make_durable(chunk, offsets))
             await asyncio.shield(self._writing)
+            for _ in range(slots):
+                self._bulk_slots.release()
+
+    async def _take_published(self) -> tuple[list[Outcome], int]:
+        """Every published chunk waiting, as one; and how many bulk slots they hold."""
+        chunk, bulk = await self._published.get()
+        slots = int(bulk)
+        while not self._published.empty():
+            more, bulk = self._published.get_nowait()
+            chunk.extend(more)
+            slots += bulk
+        return chunk, slots
 
     async def _make_durable(
         self, chunk: Sequence[Outcome], offsets: dict[TopicPartitionKey, int]
@@ -317,41 +345,57 @@ class Worker:
         except Exception as exc:  # SQL holds the offsets; Kafka's copy catches up later
             log.warning("offset commit to Kafka failed (%s); SQL has them", exc)
         self.metrics.delivered(chunk)
-        self._unfinished -= len(chunk)
-        if self._unfinished == 0 and not len(self._lanes):
-            self._settled.set()
+        self._in_flight.remove(o.record for o in chunk)
+        self._progress.set()
         self._apply_backpressure()
 
     async def _until_settled(self) -> None:
-        while self._unfinished or len(self._lanes):
-            self._settled.clear()
-            await self._settled.wait()
+        await self._until(lambda: len(self._in_flight) == 0 and not len(self._lanes))
+
+    async def _until(self, done: Callable[[], bool]) -> None:
+        while not done():
+            self._progress.clear()
+            await self._progress.wait()
 
     # -- rebalance ---------------------------------------------------------------------
 
     async def _on_assigned(self, assigned: set[TopicPartitionKey]) -> None:
-        """Resume after what SQL holds as durable when Kafka's commit lags behind it."""
+        """Resume where SQL says the durable results end, whatever Kafka's commit says:
+        behind it (a commit that failed) or ahead of it (SQLite lost its last commits in
+        a power loss). Upserts make the replay harmless."""
         assert self._store is not None
         stored = await asyncio.to_thread(
             self._store.committed_offsets, self.settings.kafka.group_id
         )
         for tp in assigned:
             durable = stored.get(tp)
-            if durable is None:
-                continue
-            committed = await self._ingress.committed(tp)
-            if committed is None or durable > committed:
+            if durable is not None:
                 self._ingress.seek(tp, durable)
         self._apply_backpressure()
 
     async def _on_revoked(self, revoked: set[TopicPartitionKey]) -> None:
-        """Hand back what has not started; finish what has, so its offsets commit."""
+        """Hand back what has not started; finish what has, so its offsets commit.
+
+        The wait covers the revoked partitions' started work only (a few batches and
+        sink chunks), bounded by ``lanes.rebalance_drain_s``.
+        """
         async with self._intake_lock:
             dropped = self._lanes.remove_if(
                 lambda p: (p.record.source.topic, p.record.source.partition) in revoked
             )
-            self._unfinished -= len(dropped)
+            self._in_flight.remove(p.record for p in dropped)
+            self._progress.set()  # a stop() waiting to settle may be done now
             if self._accepting:  # on shutdown, stop() has drained (or chosen not to)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._until_settled(), _REBALANCE_DRAIN_S)
+                deadline = time.monotonic() + self.settings.lanes.rebalance_drain_s
+                done = self._until(lambda: self._in_flight.count_in(revoked) == 0)
+                await _bounded(deadline, "the revoked partitions' work", done)
             self._tracker.forget(revoked)
+
+
+async def _bounded(deadline: float, what: str, step: Awaitable[object]) -> None:
+    """Await ``step`` until ``deadline`` (at least ``_STEP_GRACE_S``); log if it overran."""
+    timeout = max(_STEP_GRACE_S, deadline - time.monotonic())
+    try:
+        await asyncio.wait_for(step, timeout)
+    except TimeoutError:
+        log.warning("%s did not finish within %.1fs; going on without it", what, timeout)

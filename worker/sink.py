@@ -9,7 +9,11 @@ The caller runs the steps in this order for every outcome, and commits the Kafka
 offsets after ``persist`` returns.
 
 Transient failures (broker or database down) are retried with backoff, forever:
-nothing is dropped, and backpressure pauses intake meanwhile.
+nothing is dropped, and backpressure pauses intake meanwhile. A failure that a retry
+cannot cure stays with the request that caused it: a record the broker refuses is
+sent in a smaller form (see ``worker.refusals``), and a row the database refuses is
+found by bisecting the chunk and dead-lettered with the database's reason, while the
+rest of the chunk commits.
 """
 
 from __future__ import annotations
@@ -18,18 +22,21 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from aiokafka.errors import KafkaError
 
-from consumers.contract import DeadLetterHeaders
-from consumers.egress import Egress, OutRecord
+from consumers.egress import Egress, OutRecord, Refused
 from consumers.offsets import TopicPartitionKey
 from consumers.records import DeadLetter
-from storage import DriftRow, OffsetRow, ResultRow, ResultStore, StoreUnavailable
+from storage import DriftRow, OffsetRow, ResultRow, ResultStore, RowsRefused, StoreUnavailable
 from worker.config import SinkConfig
 from worker.pending import Outcome
+from worker.refusals import Refusals
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class Sink:
@@ -46,63 +53,101 @@ class Sink:
     ) -> None:
         self._egress = egress
         self._store = store
-        self._results_topic = results_topic
-        self._dlq_topic = dead_letter_topic
         self._group_id = group_id
-        self._max_value_bytes = max_value_bytes
         self._config = config
+        self._refusals = Refusals(
+            results_topic=results_topic,
+            dead_letter_topic=dead_letter_topic,
+            max_value_bytes=max_value_bytes,
+        )
 
     async def publish(self, outcomes: Sequence[Outcome]) -> None:
-        """Step 1: every result and dead letter acknowledged by Kafka."""
+        """Step 1: every result and dead letter acknowledged by Kafka (or refused for good
+        in every form it can take, which is logged)."""
         # Serializing every result is per-record work: keep it off the event loop.
-        records = await asyncio.to_thread(self._kafka_records, outcomes)
-        await self._retry("kafka", lambda: self._egress.publish(records))
+        records = await asyncio.to_thread(self._refusals.records, outcomes)
+        await self._send(records)
+
+    async def _send(self, records: list[tuple[OutRecord, Outcome]]) -> None:
+        while records:
+            owners = {id(r): o for r, o in records}
+            refused = await self._publish_once([r for r, _ in records])
+            records = []
+            for refusal in refused:
+                outcome = owners[id(refusal.record)]
+                smaller = self._refusals.fallback(refusal, outcome)
+                if smaller is None:
+                    log.error(
+                        "broker refused %s for %s in every form: %s",
+                        refusal.record.topic,
+                        _request_id(outcome),
+                        refusal.reason,
+                    )
+                else:
+                    records.extend((r, outcome) for r in smaller)
+
+    async def _publish_once(self, records: list[OutRecord]) -> list[Refused]:
+        return await self._retry("kafka", lambda: self._egress.publish(records))
 
     async def persist(
         self, outcomes: Sequence[Outcome], offsets: dict[TopicPartitionKey, int]
     ) -> None:
-        """Step 2, for outcomes already published: one SQL transaction."""
+        """Step 2, for outcomes already published: one SQL transaction, unless the
+        database refuses a row; then each refused row is dead-lettered, the others
+        are written, and the offsets follow in a transaction of their own."""
         positions = [OffsetRow(self._group_id, t, p, o) for (t, p), o in offsets.items()]
-        await self._retry("database", lambda: asyncio.to_thread(self._write, outcomes, positions))
+        try:
+            await self._write(outcomes, positions)
+            return
+        except RowsRefused:
+            pass
+        refused = await self._isolate(list(outcomes))
+        letters: list[tuple[OutRecord, Outcome]] = []
+        for outcome, reason in refused:
+            log.warning("database refused the row of %s: %s", _request_id(outcome), reason)
+            src = outcome.record
+            letter = DeadLetter(src.source, src.key, src.value, RowsRefused.code, reason)
+            outcome.dead_letter = outcome.dead_letter or letter
+            letters.append((self._refusals.dead_letter(letter), outcome))
+        await self._send(letters)
+        await self._write([], positions)
 
-    def _write(self, outcomes: Sequence[Outcome], positions: list[OffsetRow]) -> None:
+    async def _isolate(self, outcomes: list[Outcome]) -> list[tuple[Outcome, str]]:
+        """Write what the database takes; return the outcomes it refuses on their own."""
+        try:
+            await self._write(outcomes, [])
+            return []
+        except RowsRefused as exc:
+            if len(outcomes) == 1:
+                return [(outcomes[0], exc.reason)]
+        mid = len(outcomes) // 2
+        return await self._isolate(outcomes[:mid]) + await self._isolate(outcomes[mid:])
+
+    async def _write(self, outcomes: Sequence[Outcome], positions: list[OffsetRow]) -> None:
+        await self._retry(
+            "database", lambda: asyncio.to_thread(self._write_rows, outcomes, positions)
+        )
+
+    def _write_rows(self, outcomes: Sequence[Outcome], positions: list[OffsetRow]) -> None:
         # Runs in a thread: building the rows is per-record work too.
         results, drift = _rows(outcomes)
         self._store.write(results, drift, positions)
 
-    def _kafka_records(self, outcomes: Sequence[Outcome]) -> list[OutRecord]:
-        out = []
-        for o in outcomes:
-            if o.dead_letter is not None:
-                out.append(self._dead_letter_record(o.dead_letter))
-            if o.result is not None:
-                r = o.result
-                value = r.model_dump_json().encode()
-                out.append(
-                    OutRecord(o.reply_to or self._results_topic, r.request_id.encode(), value)
-                )
-        return out
-
-    def _dead_letter_record(self, d: DeadLetter) -> OutRecord:
-        headers = d.headers()
-        value = d.value
-        # Bytes past what any produce request may carry would stall the sink forever;
-        # the headers still say where the original lies (topic, partition, offset).
-        if value is not None and len(value) > 2 * self._max_value_bytes:
-            headers.append((DeadLetterHeaders.VALUE_OMITTED, str(len(value)).encode()))
-            value = None
-        return OutRecord(self._dlq_topic, d.key, value, headers)
-
-    async def _retry(self, what: str, attempt: Callable[[], Awaitable[None]]) -> None:
+    async def _retry(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         delay = self._config.retry_backoff_s
         while True:
             try:
-                await attempt()
-                return
-            except (KafkaError, StoreUnavailable) as exc:
+                return await attempt()
+            except (KafkaError, StoreUnavailable, TimeoutError, OSError) as exc:
                 log.warning("%s unavailable (%s); retrying in %.1fs", what, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._config.retry_backoff_max_s)
+
+
+def _request_id(outcome: Outcome) -> str:
+    if outcome.result is not None:
+        return f"request {outcome.result.request_id!r}"
+    return f"record {tuple(outcome.record.source)}"
 
 
 def _rows(outcomes: Sequence[Outcome]) -> tuple[list[ResultRow], list[DriftRow]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -182,3 +183,33 @@ def test_decode_never_raises_on_arbitrary_bytes(value: bytes, key: bytes | None)
     if isinstance(out, DecodeFailure):
         assert out.error.code in {"bad_record", "payload_too_large"}
         assert out.request_id is None or 1 <= len(out.request_id) <= 128
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"request_id": "a\x00b"}, "request_id"),
+        ({"model": "m\x00"}, "model"),
+        ({"model": "m" * 256}, "model"),
+        ({"reply_to": "not a topic!"}, "reply_to"),
+        ({"reply_to": "t" * 250}, "reply_to"),
+    ],
+)
+def test_values_that_sql_or_kafka_cannot_hold_are_refused_naming_the_field(
+    fields: dict[str, object], where: str
+) -> None:
+    value = {"request_id": "r1", "model": "m", "inputs": [1], **fields}
+    failure = decode(raw(orjson.dumps(value)), max_bytes=10_000)
+    assert isinstance(failure, DecodeFailure)
+    assert failure.error.code == "bad_record" and where in failure.error.message
+
+
+def test_a_model_name_of_255_characters_is_accepted() -> None:
+    value = {"request_id": "r1", "model": "m" * 255, "inputs": [1]}
+    assert not isinstance(decode(raw(orjson.dumps(value)), max_bytes=10_000), DecodeFailure)
+
+
+@pytest.mark.parametrize("key", [b"k\x00", b"k" * 129])
+def test_a_key_that_cannot_be_a_request_id_is_not_used_as_one(key: bytes) -> None:
+    failure = decode(raw(b"{", key=key), max_bytes=10_000)
+    assert isinstance(failure, DecodeFailure) and failure.request_id is None

@@ -9,7 +9,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from sqlalchemy import Engine
 
-from consumers.client import READER_CONFIG
+from consumers.client import READER_CONFIG, read_to_end
 from storage import count_results
 from worker.config import KafkaConfig, WorkerSettings
 
@@ -44,18 +44,18 @@ def read_topic(
     bootstrap: str, topic: str, n: int | None = None, timeout_s: float = 30.0
 ) -> list[Any]:
     """The first ``n`` records of ``topic`` (all partitions), or fewer at the timeout;
-    with ``n`` None, every record up to the end offsets as of the call."""
+    with ``n`` None, every record up to the high watermarks the fetches report."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **READER_CONFIG)
     try:
         parts = consumer.partitions_for_topic(topic) or set()
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)
-        wanted = sum(ends.values()) if n is None else n
+        if n is None:
+            return read_to_end(consumer, tps, timeout_s=timeout_s)
         records: list[Any] = []
         deadline = time.monotonic() + timeout_s
-        while len(records) < wanted and time.monotonic() < deadline:
+        while len(records) < n and time.monotonic() < deadline:
             for batch in consumer.poll(timeout_ms=200).values():
                 records.extend(batch)
         return records

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import OperationalError
 from storage_rows import NOW, drift, offset, result
 
-from storage import ResultStore, StoreUnavailable, count_results, result_counts
+from storage import ResultStore, RowsRefused, StoreUnavailable, count_results, result_counts
 from storage.schema import inference_log, inference_results
 
 
@@ -80,7 +80,7 @@ def test_a_failed_write_keeps_nothing_of_its_batch(store: ResultStore) -> None:
     bad_drift = drift("r2", 1.0, 0.0)
     object.__setattr__(bad_drift, "output", None)  # violates NOT NULL after results ran
 
-    with pytest.raises(IntegrityError):
+    with pytest.raises(RowsRefused):
         store.write([result("r1"), result("old", status="error")], [bad_drift], [offset("t", 0, 9)])
 
     assert result_counts(store.engine) == {"ok": 1}
@@ -126,3 +126,19 @@ def test_a_missing_table_is_not_retriable(tmp_path: Path) -> None:
     bare = ResultStore(f"sqlite:///{tmp_path / 'bare.db'}", migrate=False)
     with bare, pytest.raises(OperationalError, match="no such table"):
         bare.write([result("r1")], [], [])
+
+
+def test_a_value_the_database_refuses_is_refused_for_good_without_its_parameters(
+    store: ResultStore,
+) -> None:
+    # SQLite stores NaN as NULL (a NOT NULL column refuses it); PostgreSQL refuses NUL in
+    # text. Each database refuses one of the two, for good: a retry cannot help.
+    bad = result("r1", model="m\x00", error_message="PARAM-MARKER")
+    with pytest.raises(RowsRefused) as caught:
+        store.write([bad], [drift("r1", float("nan"), 1.0)], [offset("t", 0, 1)])
+    assert not caught.value.retriable
+    assert "PARAM-MARKER" not in caught.value.reason and "INSERT" not in caught.value.reason
+
+    store.write([result("r2")], [], [offset("t", 0, 2)])  # nothing of the refused batch
+    assert result_counts(store.engine) == {"ok": 1}
+    assert store.committed_offsets("g") == {("t", 0): 2}

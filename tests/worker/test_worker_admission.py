@@ -16,6 +16,7 @@ from consumers.contract import Priority, Status
 from consumers.errors import UnknownModel
 from consumers.records import RawRecord
 from worker.admission import Admission, Admitted
+from worker.config import TopicConfig
 from worker.models import Adapter
 
 ADAPTER = classifier()
@@ -28,7 +29,12 @@ def adapter_for(name: str) -> Adapter:
 
 
 def admission(max_bytes: int = 10_000) -> Admission:
-    return Admission(adapter_for=adapter_for, lane_of_topic=LANE_OF_TOPIC, max_bytes=max_bytes)
+    return Admission(
+        adapter_for=adapter_for,
+        lane_of_topic=LANE_OF_TOPIC,
+        max_bytes=max_bytes,
+        reply_to_allowed=TopicConfig().reply_to_allowed,
+    )
 
 
 def good(rid: str = "r1", **fields: Any) -> dict[str, Any]:
@@ -106,11 +112,27 @@ def test_an_unknown_model_is_rejected_with_a_result_and_a_dead_letter() -> None:
 
 
 def test_bad_inputs_are_rejected_with_bad_input() -> None:
-    (outcome,) = admit_one(good(inputs="seven", reply_to="replies")).ended
+    (outcome,) = admit_one(good(inputs="seven", reply_to="inferlane.results.team")).ended
     assert outcome.dead_letter is not None and outcome.dead_letter.code == "bad_input"
     assert outcome.result is not None and outcome.result.error is not None
     assert outcome.result.error.code == "bad_input"
-    assert outcome.reply_to == "replies"
+    assert outcome.reply_to == "inferlane.results.team"
+
+
+@pytest.mark.parametrize("topic", ["replies", "inferlane.results.", "inferlane.resultsX"])
+def test_a_reply_to_outside_the_allow_list_is_rejected_and_answered_on_the_results_topic(
+    topic: str,
+) -> None:
+    (outcome,) = admit_one(good(reply_to=topic)).ended
+    assert outcome.dead_letter is not None and outcome.dead_letter.code == "reply_to_not_allowed"
+    assert outcome.result is not None and outcome.result.error is not None
+    assert topic in outcome.result.error.message
+    assert outcome.reply_to is None  # never produce to a topic that is not allowed
+
+
+def test_the_results_topic_itself_is_an_allowed_reply_to() -> None:
+    (item,) = admit_one(good(reply_to="inferlane.results")).pending
+    assert item.request.reply_to == "inferlane.results"
 
 
 def test_an_undecodable_record_with_a_key_gets_a_rejected_result_in_the_topic_lane() -> None:

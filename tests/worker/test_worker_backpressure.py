@@ -1,40 +1,63 @@
-"""Backpressure: full lanes pause their topic; the global cap never pauses the high topic."""
+"""Backpressure: full lanes pause their topic; the in-flight budget (records and bytes)
+pauses bulk topics first and the high topic at its end."""
 
 from __future__ import annotations
 
-from pipeline_factories import pending
+from pipeline_factories import pending, record
 
 from consumers.contract import Priority
 from worker.backpressure import paused_topics
+from worker.inflight import InFlight
 from worker.lanes import Lanes
 
 TOPICS = {"t.high": Priority.HIGH, "t.normal": Priority.NORMAL, "t.low": Priority.LOW}
 
 
+def paused(lanes: Lanes, load: float) -> set[str]:
+    return paused_topics(TOPICS, lanes, load=load, high_reserve=0.1)
+
+
 def test_nothing_paused_with_room_everywhere() -> None:
     lanes = Lanes(capacity=2)
     lanes.push(pending(lane=Priority.LOW))
-    assert paused_topics(TOPICS, lanes, in_flight=1, max_in_flight=10) == set()
+    assert paused(lanes, 0.1) == set()
 
 
 def test_a_full_lane_pauses_only_its_topic() -> None:
     lanes = Lanes(capacity=2)
     for _ in range(2):
         lanes.push(pending(lane=Priority.LOW))
-    assert paused_topics(TOPICS, lanes, in_flight=2, max_in_flight=10) == {"t.low"}
+    assert paused(lanes, 0.2) == {"t.low"}
 
 
-def test_the_global_cap_holds_back_bulk_but_not_the_high_topic() -> None:
+def test_the_reserve_keeps_the_high_topic_open_after_bulk_pauses() -> None:
     lanes = Lanes(capacity=100)
-    assert paused_topics(TOPICS, lanes, in_flight=10, max_in_flight=10) == {"t.normal", "t.low"}
+    assert paused(lanes, 0.9) == {"t.normal", "t.low"}
 
 
-def test_a_full_high_lane_pauses_the_high_topic_too() -> None:
+def test_a_spent_budget_pauses_the_high_topic_too() -> None:
+    # An outage must hold a bounded amount whatever lane the traffic comes on.
+    assert paused(Lanes(capacity=100), 1.0) == set(TOPICS)
+
+
+def test_a_full_high_lane_pauses_the_high_topic() -> None:
     lanes = Lanes(capacity=1)
     lanes.push(pending(lane=Priority.HIGH))
-    assert "t.high" in paused_topics(TOPICS, lanes, in_flight=10, max_in_flight=10)
+    assert "t.high" in paused(lanes, 0.0)
 
 
-def test_single_lane_mode_has_no_exemption() -> None:
+def test_single_lane_mode_has_no_reserve() -> None:
     lanes = Lanes(capacity=100, single_lane=True)
-    assert paused_topics(TOPICS, lanes, in_flight=10, max_in_flight=10) == set(TOPICS)
+    assert paused(lanes, 0.95) == set()
+    assert paused(lanes, 1.0) == set(TOPICS)
+
+
+def test_the_budget_counts_bytes_as_well_as_records() -> None:
+    budget = InFlight(max_records=1000, max_bytes=10_000)
+    few_large = [record(b"x" * 4000, partition=0), record(b"y" * 4000, partition=1)]
+    budget.add(few_large)
+    assert len(budget) == 2 and budget.bytes == 8000
+    assert budget.load == 0.8  # bytes, not the 0.2% of records, set the load
+    assert budget.count_in({("inferlane.requests", 1)}) == 1
+    budget.remove(few_large[:1])
+    assert budget.load == 0.4 and budget.count_in({("inferlane.requests", 0)}) == 0

@@ -130,3 +130,20 @@ def test_the_thread_executor_runs_a_batch_off_the_calling_thread() -> None:
     finally:
         executor.shutdown()
     assert [r.error is None for r in run.results] == [True, False]
+
+
+class Overflowing(torch.nn.Module):
+    """Scales by 1e38: an input of 10 overflows float32 to Infinity, 0 * inf gives NaN."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, :3] * 1e38
+
+
+def test_a_non_finite_output_fails_only_its_own_request_with_its_own_code() -> None:
+    batch = batch_of([1.0, 0, 0, 0], [10.0, 0, 0, 0], [0, 1.0, 0, 0], [0, 0, 1.0, 0])
+
+    run = run_batch(lambda name: loaded(Overflowing()), batch)
+
+    errors = [r.error.code if r.error else None for r in run.results]
+    assert errors == [None, "non_finite_output", None, None]
+    assert [r.outputs["label"] for r in run.results if r.error is None] == [0, 1, 2]  # type: ignore[index]

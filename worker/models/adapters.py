@@ -17,7 +17,7 @@ import torch
 from pydantic import JsonValue
 from tokenizers import Tokenizer
 
-from consumers.errors import BadInput, ModelFailed
+from consumers.errors import BadInput, ModelFailed, NonFiniteOutput
 
 
 class Adapter(ABC):
@@ -56,6 +56,15 @@ class Adapter(ABC):
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _finite(rows: torch.Tensor) -> torch.Tensor:
+    """``rows`` unchanged, or ``NonFiniteOutput``: NaN and Infinity are not JSON, and no
+    drift row may hold them. One reduction per batch; the executor's bisection then
+    finds the request whose output it was."""
+    if not bool(torch.isfinite(rows).all()):
+        raise NonFiniteOutput("model output holds NaN or Infinity for this input")
+    return rows
 
 
 def _kind(value: JsonValue) -> str:
@@ -136,7 +145,7 @@ class _NumericAdapter(Adapter):
         rows = output.reshape(n, -1) if width is not None else output.reshape(n)
         if width is not None and rows.shape[1] != width:
             raise ModelFailed(f"model returned {tuple(output.shape)}, expected ({n}, {width})")
-        return rows.detach().float().cpu()
+        return _finite(rows.detach().float().cpu())
 
 
 class ClassifierAdapter(_NumericAdapter):
@@ -237,7 +246,7 @@ class TextEmbeddingAdapter(Adapter):
         if not isinstance(output, torch.Tensor) or output.ndim != 2 or output.shape[0] != n:
             shape = tuple(output.shape) if isinstance(output, torch.Tensor) else type(output)
             raise ModelFailed(f"model returned {shape} for {n} texts, expected (n, dim)")
-        return list(output.detach().float().cpu().tolist())
+        return list(_finite(output.detach().float().cpu()).tolist())
 
     def drift(self, output: JsonValue, expected: JsonValue) -> tuple[float, float] | None:
         return None
