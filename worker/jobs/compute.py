@@ -18,7 +18,7 @@ import orjson
 import pyarrow as pa
 import torch
 
-from consumers.errors import ModelFailed
+from consumers.errors import InferlaneError, ModelFailed, NonFiniteOutput
 from worker.models import ClassifierAdapter, LoadedModel, RegressorAdapter
 
 
@@ -27,7 +27,7 @@ class Scored:
     """Outputs of the rows that scored (``keep``), in row order, and the rows that failed."""
 
     keep: np.ndarray  # bool, one per decoded row
-    failures: list[tuple[int, str]]  # (index among decoded rows, message)
+    failures: list[tuple[int, str, str]]  # (index among decoded rows, error code, message)
     columns: dict[str, pa.Array]
     numeric: np.ndarray | None  # the number the drift log compares (label, value)
     compute_s: float
@@ -43,7 +43,7 @@ def score(model: LoadedModel, items: np.ndarray | list[Any], batch_size: int) ->
     else:
         order = np.arange(n)
     done: list[tuple[np.ndarray, torch.Tensor]] = []
-    failures: list[tuple[int, str]] = []
+    failures: list[tuple[int, str, str]] = []
     for i in range(0, n, batch_size):
         _isolating(model, items, order[i : i + batch_size], done, failures)
     keep = np.zeros(n, dtype=bool)
@@ -64,15 +64,16 @@ def _isolating(
     items: np.ndarray | list[Any],
     idx: np.ndarray,
     done: list[tuple[np.ndarray, torch.Tensor]],
-    failures: list[tuple[int, str]],
+    failures: list[tuple[int, str, str]],
 ) -> None:
     try:
         done.append((idx, _forward(model, _pick(items, idx))))
     except Exception as exc:
         if len(idx) == 1:
-            failures.append(
-                (int(idx[0]), f"model raised on this input: {type(exc).__name__}: {exc}")
-            )
+            # Our own errors keep their code (non_finite_output); anything else is the model's.
+            code = exc.code if isinstance(exc, InferlaneError) else ModelFailed.code
+            message = f"model raised on this input: {type(exc).__name__}: {exc}"
+            failures.append((int(idx[0]), code, message))
             return
         mid = len(idx) // 2
         _isolating(model, items, idx[:mid], done, failures)
@@ -100,6 +101,9 @@ def _forward(model: LoadedModel, items: np.ndarray | list[Any]) -> torch.Tensor:
     if not isinstance(output, torch.Tensor) or output.ndim == 0 or output.shape[0] != len(items):
         what = tuple(output.shape) if isinstance(output, torch.Tensor) else type(output).__name__
         raise ModelFailed(f"model returned {what} for {len(items)} inputs")
+    # NaN and Infinity are not JSON, and no drift row may hold them (as in the adapters).
+    if not bool(torch.isfinite(output).all()):
+        raise NonFiniteOutput("model output holds NaN or Infinity for this input")
     return output.detach().float().cpu()
 
 

@@ -43,7 +43,7 @@ class RowError:
     id: Any
     reason: str
     line: int | None = None
-    model_failed: bool = False  # the model raised on it (else: the input is bad)
+    code: str | None = None  # why the model failed on it; None: the input is bad
 
 
 @dataclass(slots=True)

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from consumers.contract import Priority, Status
-from consumers.errors import BadInput, ModelFailed
+from consumers.errors import BadInput
 from storage import DriftRow, ResultRow
 from storage.jobs import WindowCounts
 from worker.jobs.compute import score
@@ -40,9 +40,9 @@ def window_result(
     scored = score(model, decoded.items, batch)
     keep = scored.keep
     errors = list(decoded.errors)
-    for i, message in scored.failures:
+    for i, code, message in scored.failures:
         rid = decoded.ids[i].as_py() if decoded.ids is not None else None
-        errors.append(RowError(int(decoded.rows[i]), rid, message, model_failed=True))
+        errors.append(RowError(int(decoded.rows[i]), rid, message, code=code))
     errors.sort(key=lambda e: (e.row is None, e.row or 0))
     rows = decoded.rows[keep]
     columns: dict[str, pa.Array] = {"row": pa.array(rows)}
@@ -136,8 +136,8 @@ def error_row(
     job: str, start: int, model: str, version: str | None, e: RowError, now: datetime
 ) -> ResultRow:
     """A bad row's ``rejected`` result, or the ``error`` of a row the model failed on."""
-    failed = e.model_failed
-    status, code = (Status.ERROR, ModelFailed.code) if failed else (Status.REJECTED, BadInput.code)
+    failed = e.code is not None
+    status, code = (Status.ERROR, e.code) if failed else (Status.REJECTED, BadInput.code)
     return ResultRow(
         f"{job}:{e.row}",
         model,
