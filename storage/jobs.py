@@ -18,6 +18,7 @@ from storage.engine import begin_write
 from storage.schema import inference_results, jobs
 
 RUNNING, DONE, CANCELLED = "running", "done", "cancelled"
+PUBLISHED = "published"  # a distributed job whose rows are all on Kafka
 
 
 class JobConflict(Exception):
@@ -119,11 +120,11 @@ class JobStore:
         self._update(name, state=DONE, **values)
 
     def cancel(self, name: str) -> bool:
-        """Mark a running job cancelled; False if there is no running job of that name."""
+        """Mark a running (or published) job cancelled; False if there is none by that name."""
         with begin_write(self._engine) as conn:
             moved = conn.execute(
                 update(jobs)
-                .where(jobs.c.name == name, jobs.c.state == RUNNING)
+                .where(jobs.c.name == name, jobs.c.state.in_([RUNNING, PUBLISHED]))
                 .values(state=CANCELLED, updated_at=datetime.now(UTC))
             )
         return moved.rowcount == 1

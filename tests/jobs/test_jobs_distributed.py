@@ -4,17 +4,20 @@ ends with exactly one result, and the export writes them in input order."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 
 import orjson
 import pyarrow.parquet as pq
 from sqlalchemy import text
+from typer.testing import CliRunner
 
 from storage import ResultStore
 from storage.jobs import JobStore
 from tests.e2e.support import settings_for
 from worker.broker import EmbeddedBroker
+from worker.cli import app
 from worker.config import KafkaConfig
 from worker.jobs.distributed import ExportError, errors_file, export_job, publish
 from worker.jobs.outputs import errors_path
@@ -75,6 +78,8 @@ async def test_two_workers_share_a_distributed_job_and_each_row_is_scored_once(
         assert (total, distinct, drift) == (N + 1, N + 1, N)
         assert b"shape" in errors_file("dj", params).read_bytes()
 
+        shown = CliRunner().invoke(app, ["jobs", "show", "dj", "--database", url])
+        assert "complete yes" in " ".join(re.sub(r"[\u2500-\u257f]", " ", shown.output).split())
         output = tmp_path / "out.parquet"
         assert export_job("dj", store, output) == N
     table = pq.read_table(output)

@@ -284,7 +284,7 @@ def list_jobs(database: Database = None) -> None:
 def show(name: JobName, database: Database = None) -> None:
     """One job: parameters, state, counters; for a distributed job, results so far."""
     from storage import ResultStore
-    from storage.jobs import JobStore
+    from storage.jobs import PUBLISHED, JobStore
 
     with ResultStore(_database(database)) as store:
         jobs = JobStore(store.engine)
@@ -314,7 +314,7 @@ def show(name: JobName, database: Database = None) -> None:
             scored = sum(counts.values())
             table.add_row("results in SQL", f"{scored:,} {dict(sorted(counts.items()))}")
             published = record.checkpoint - record.errors
-            complete = record.state == "published" and scored >= (record.rows_total or 0)
+            complete = record.state == PUBLISHED and scored >= (record.rows_total or 0)
             table.add_row("published rows", f"{published:,}")
             table.add_row("complete", "yes" if complete else "no")
     Console().print(table)

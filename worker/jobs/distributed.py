@@ -25,7 +25,7 @@ from consumers.client import InferlaneClient
 from consumers.contract import Priority, Status
 from consumers.topics import ensure_topics
 from storage import ResultStore
-from storage.jobs import CANCELLED, JobRecord, JobStore, WindowCounts
+from storage.jobs import CANCELLED, PUBLISHED, JobRecord, JobStore, WindowCounts
 from worker.config import WorkerSettings
 from worker.jobs.decode import Decoded, RowError, decode
 from worker.jobs.local import open_job
@@ -34,8 +34,6 @@ from worker.jobs.params import JobParams
 from worker.jobs.rows import error_line, error_row, usable_labels
 from worker.jobs.sources import windows
 from worker.models import ClassifierAdapter, ModelRegistry
-
-PUBLISHED = "published"
 
 
 class ExportError(Exception):
