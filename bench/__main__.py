@@ -30,26 +30,15 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     size.add_argument("--quick", action="store_true", help="every scenario, under 3 minutes")
     size.add_argument("--smoke", action="store_true", help="digits only, tiny (CI)")
     parser.add_argument("--out", type=Path, default=Path("bench/out"), help="output folder")
-    parser.add_argument(
-        "--torch-threads",
-        type=int,
-        default=min(2, os.cpu_count() or 1),
-        help="torch intra-op threads, the same for every scenario",
-    )
-    parser.add_argument(
-        "--only",
-        default=None,
-        help=f"comma-separated subset of: {', '.join(SCENARIOS)} "
-        "(default: all; --smoke: the first four)",
-    )
-    parser.add_argument(
-        "--profile",
-        action="store_true",
-        help="py-spy the worker in its throughput runs (profile-*.txt)",
-    )
-    parser.add_argument(
-        "--worker-args", default="", help='extra `inferlane run` flags, e.g. "--max-batch 32"'
-    )
+    parser.add_argument("--torch-threads", type=int, default=min(2, os.cpu_count() or 1),
+                        help="torch intra-op threads, the same for every scenario")
+    parser.add_argument("--only", default=None,
+                        help=f"comma-separated subset of: {', '.join(SCENARIOS)} "
+                        "(default: all; --smoke: the first four)")
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy the worker in its throughput runs (profile-*.txt)")
+    parser.add_argument("--worker-args", default="",
+                        help='extra `inferlane run` flags, e.g. "--max-batch 32"')
     parser.add_argument("--models", default=None, help="comma-separated: digits,minilm")
     return parser.parse_args(argv)
 
@@ -107,13 +96,11 @@ def run(ctx: Context, only: set[str]) -> tuple[dict[str, dict[str, Any]], list[M
     for model in ctx.plan.models:
         for system in ctx.plan.systems:
             if system in only:
-                steps.append(
-                    (f"{model} {system}", _adder(measured, throughput.run, ctx, model, system))
-                )
+                steps.append((f"{model} {system}", _adder(measured, throughput.run, ctx,
+                                                          model, system)))
     if "priority" in only:
-        steps.append(
-            ("priority", lambda: measured.extend(priority.run(ctx, _digits_rps(measured))))
-        )
+        steps.append(("priority",
+                      lambda: measured.extend(priority.run(ctx, _digits_rps(measured)))))
     if "low_load" in only:
         steps.append(("low load", _adder(measured, low_load.run, ctx)))
     if "soak" in only:
@@ -128,11 +115,8 @@ def run(ctx: Context, only: set[str]) -> tuple[dict[str, dict[str, Any]], list[M
 
 def _digits_rps(measured: list[Measured]) -> float | None:
     """inferlane's digits throughput earlier in this run, to size the priority backlog."""
-    rates = [
-        m.throughput_rps
-        for m in measured
-        if (m.scenario, m.model, m.system) == ("throughput", "digits", "inferlane")
-    ]
+    rates = [m.throughput_rps for m in measured
+             if (m.scenario, m.model, m.system) == ("throughput", "digits", "inferlane")]
     return rates[0] if rates else None
 
 
@@ -151,17 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := only - set(SCENARIOS):
         raise SystemExit(f"unknown scenarios: {', '.join(sorted(unknown))}")
     args.out.mkdir(parents=True, exist_ok=True)
-    ctx = Context(
-        plan,
-        args.out,
-        args.torch_threads,
-        say=console.print,
-        profile=args.profile,
-        worker_args=tuple(shlex.split(args.worker_args)),
-    )
+    ctx = Context(plan, args.out, args.torch_threads, say=console.print,
+                  profile=args.profile, worker_args=tuple(shlex.split(args.worker_args)))
     meta: dict[str, Any] = {
         "mode": plan.mode,
-        "command": shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)]),
+        "command": shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None
+                                                          else argv)]),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "torch_threads": args.torch_threads,
         "worker_args": args.worker_args,
@@ -169,27 +148,23 @@ def main(argv: list[str] | None = None) -> int:
         "load_avg_start": _load_avg(),
         "plan": dataclasses.asdict(plan),
     }
-    console.print(
-        f"bench [bold]{plan.mode}[/]: {meta['machine']['cpu']}, "
-        f"{meta['machine']['cores']} cores, {args.torch_threads} torch threads"
-    )
+    console.print(f"bench [bold]{plan.mode}[/]: {meta['machine']['cpu']}, "
+                  f"{meta['machine']['cores']} cores, {args.torch_threads} torch threads")
     started = time.monotonic()
     ceilings, measured = run(ctx, only)
     meta["duration_s"] = round(time.monotonic() - started, 1)
     meta["load_avg_end"] = _load_avg()
     scenarios = report.scenarios_json(ceilings, measured)
     ratios = report.ratios(scenarios)
-    doc = report.finite(
-        {"meta": meta, "scenarios": scenarios, "ratios": ratios, "targets": report.targets(ratios)}
-    )
+    doc = report.finite({"meta": meta, "scenarios": scenarios, "ratios": ratios,
+                         "targets": report.targets(ratios)})
     report.write_json(args.out / "results.json", doc)
     report.plot(args.out / "results.png", doc)
     summary = report.markdown(doc)
     (args.out / "summary.md").write_text(summary)
     console.print(summary)
-    console.print(
-        f"wrote {args.out / 'results.json'}, results.png, summary.md in {meta['duration_s']:.0f}s"
-    )
+    console.print(f"wrote {args.out / 'results.json'}, results.png, summary.md "
+                  f"in {meta['duration_s']:.0f}s")
     return 0
 
 

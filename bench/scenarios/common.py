@@ -63,11 +63,7 @@ def server_latencies(results: list[dict[str, Any]]) -> list[float]:
 
 
 async def read_while_alive(
-    reader: ResultsReader,
-    service: Service,
-    n: int,
-    *,
-    timeout_s: float,
+    reader: ResultsReader, service: Service, n: int, *, timeout_s: float,
     run_s: float | None = None,
 ) -> None:
     """``reader.until`` in short steps, failing fast if the service dies."""
@@ -77,11 +73,8 @@ async def read_while_alive(
         step = min(1.0, deadline - time.monotonic())
         if await reader.until(n, timeout_s=step, run_s=run_s):
             return
-        if (
-            run_s is not None
-            and reader.arrivals
-            and time.monotonic() - reader.arrivals[0].mono_s >= run_s
-        ):
+        if run_s is not None and reader.arrivals and \
+                time.monotonic() - reader.arrivals[0].mono_s >= run_s:
             return
     if not reader.arrivals:
         raise TimeoutError(f"no results within {timeout_s:.0f}s (see {service.log})")

@@ -24,9 +24,8 @@ def command(ctx: Context, system: str, bootstrap: str, model: str, tag: str) -> 
     if system == "inferlane":
         db = ctx.path(f"{tag}.db")
         db.unlink(missing_ok=True)
-        return inferlane_command(
-            bootstrap, db, torch_threads=ctx.torch_threads, extra=ctx.worker_args
-        )
+        return inferlane_command(bootstrap, db, torch_threads=ctx.torch_threads,
+                                 extra=ctx.worker_args)
     return baseline_command(system, bootstrap, model, torch_threads=ctx.torch_threads)
 
 
@@ -39,18 +38,15 @@ async def measure(ctx: Context, model: str, system: str) -> Measured:
         try:
             cmd = command(ctx, system, broker.bootstrap, model, tag)
             with Service(cmd, ctx.path(f"logs/{tag}.log")) as service:
-                await publish(
-                    broker.bootstrap, TOPICS.normal, workloads.records(model, n, prefix=tag)
-                )
+                await publish(broker.bootstrap, TOPICS.normal,
+                              workloads.records(model, n, prefix=tag))
                 spy = None
                 if ctx.profile and system == "inferlane":
                     await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
-                    spy = profile.start(
-                        service.pid, plan.run_s - 0.5, ctx.path(f"profile-{tag}.txt")
-                    )
-                await read_while_alive(
-                    reader, service, n, timeout_s=plan.timeout_s, run_s=plan.run_s
-                )
+                    spy = profile.start(service.pid, plan.run_s - 0.5,
+                                        ctx.path(f"profile-{tag}.txt"))
+                await read_while_alive(reader, service, n, timeout_s=plan.timeout_s,
+                                       run_s=plan.run_s)
                 if spy is not None:
                     spy.wait(timeout=30)
                     summary = profile.top(ctx.path(f"profile-{tag}.txt"))
@@ -62,23 +58,10 @@ async def measure(ctx: Context, model: str, system: str) -> Measured:
             await reader.stop()
     rate, counted, seconds = window_rate(reader.arrivals)
     lat = Latency.of(latencies(parse(reader.values())))
-    ctx.say(
-        f"  {tag}: {rate:,.1f}/s over {seconds:.1f}s ({counted} results), "
-        f"p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms, peak RSS {peak:.0f} MiB"
-    )
-    return Measured(
-        "throughput",
-        model,
-        system,
-        rate,
-        lat.p50_ms,
-        lat.p99_ms,
-        peak,
-        counted,
-        seconds,
-        SERVER,
-        {"backlog": n, "all_done": reader.count >= n},
-    )
+    ctx.say(f"  {tag}: {rate:,.1f}/s over {seconds:.1f}s ({counted} results), "
+            f"p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms, peak RSS {peak:.0f} MiB")
+    return Measured("throughput", model, system, rate, lat.p50_ms, lat.p99_ms, peak,
+                    counted, seconds, SERVER, {"backlog": n, "all_done": reader.count >= n})
 
 
 def run(ctx: Context, model: str, system: str) -> Measured:
