@@ -181,3 +181,27 @@ reference_checks = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index(None, "model", "created_at"),
 )
+
+# -- offline scoring jobs (migration 0003) ---------------------------------------------
+
+# Offline scoring jobs: parameters, state and the resume point. A local job moves
+# ``checkpoint`` (rows durable) in the same transaction as the results of those rows.
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("kind", String(16), nullable=False),  # "local" or "distributed"
+    Column("model", String(255), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("params", JSON, nullable=False),
+    Column("rows_total", BigInteger),
+    Column("checkpoint", BigInteger, nullable=False),
+    Column("errors", BigInteger, nullable=False),
+    Column("labelled", BigInteger, nullable=False),
+    Column("correct", BigInteger, nullable=False),
+    Column("abs_error_sum", Double, nullable=False),
+    Column("recomputed", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Index(None, "state"),
+)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from operator import attrgetter
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Connection, Engine, select
 
 from storage.bulk import BulkStatement
 from storage.engine import begin_write, make_engine
@@ -50,9 +50,14 @@ class ResultStore:
         results: Sequence[ResultRow],
         drift: Sequence[DriftRow],
         offsets: Sequence[OffsetRow],
+        also: Callable[[Connection], None] | None = None,
     ) -> None:
-        """Upsert everything in one transaction: all of it is durable, or none of it."""
-        if not (results or drift or offsets):
+        """Upsert everything in one transaction: all of it is durable, or none of it.
+
+        ``also`` runs last in that transaction (a job's checkpoint); if it raises, the
+        whole write rolls back.
+        """
+        if not (results or drift or offsets or also):
             return
         with classified_errors(), begin_write(self._engine) as conn:
             # One executemany per table; empty parameter lists would run it once, bare.
@@ -64,6 +69,8 @@ class ResultStore:
                 self._drift.execute(conn, map(self._drift_values, latest_drift.values()))
             if offsets:
                 conn.execute(self._upserts.offsets, _offset_params(offsets))
+            if also is not None:
+                also(conn)
 
     def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
         """``{(topic, partition): next offset to consume}`` stored for ``group_id``."""

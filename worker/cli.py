@@ -16,11 +16,14 @@ from rich.console import Console
 from worker.broker import EmbeddedBroker
 from worker.config import WorkerSettings
 from worker.drift.cli import register as register_drift_commands
+from worker.jobs.cli import jobs_app, score
 from worker.models.cli import app as models_app
 from worker.ops.cli import HttpHost, HttpPort, LogFormatOption, MetricsPort, publish_demo
 
 app = typer.Typer(help="Kafka-driven inference worker.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
+app.command()(score)
+app.add_typer(jobs_app, name="jobs")
 console = Console()
 
 Bootstrap = Annotated[

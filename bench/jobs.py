@@ -1,0 +1,247 @@
+"""``python -m bench.jobs``: offline jobs against their targets, in one run.
+
+- digits over a Parquet file (1,000,000 rows): Parquet → Parquet, then with the SQLite
+  result and drift rows written too;
+- minilm over a Parquet file of 20,000 sentences, against the ceiling (the model's own
+  forward pass, sorted by length) at its best batch size, the job at that batch size;
+- ``kill -9`` of ``inferlane score`` at about half of a 200,000-row job, then the same
+  command again: every row exactly once, and the rows scored twice counted.
+
+Jobs run in this process, with the model loaded and warmed first, so that the figures
+are the scoring itself; the kill test runs the CLI as users do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from sqlalchemy import text
+
+from bench import jobs_scaleout, workloads
+from bench.plan import FULL, QUICK
+from bench.scenarios import ceiling
+from bench.scenarios.common import Context
+from storage import ResultStore, make_engine
+from storage.jobs import JobStore
+from worker.jobs.local import LocalJob
+from worker.jobs.outputs import parts_dir
+from worker.jobs.params import NUMERIC_WINDOW_ROWS, JobParams
+from worker.models import ModelRegistry, digits_test_set
+from worker.serve import load_registry
+
+
+def digits_parquet(path: Path, n: int) -> Path:
+    x, y = digits_test_set()
+    idx = np.arange(n) % len(x)
+    table = pa.table(
+        {
+            "id": pa.array(np.arange(n)),
+            "inputs": pa.FixedSizeListArray.from_arrays(pa.array(x[idx].ravel()), 64),
+            "label": pa.array(y[idx].astype(np.int64)),
+        }
+    )
+    pq.write_table(table, path, row_group_size=131_072)
+    return path
+
+
+def sentences_parquet(path: Path, n: int) -> Path:
+    pq.write_table(pa.table({"text": workloads.texts(n)}), path)
+    return path
+
+
+def timed_job(
+    registry: ModelRegistry, work: Path, name: str, **params: Any
+) -> tuple[float, dict[str, Any]]:
+    """Rows per second of one job, from an empty database, model already loaded."""
+    url = f"sqlite:///{work / (name + '.db')}"
+    job_params = JobParams(output=work / f"{name}.parquet", **params)
+    with ResultStore(url) as store:
+        started = time.perf_counter()
+        record = LocalJob(name, job_params, registry, store).run()
+        elapsed = time.perf_counter() - started
+    return record.checkpoint / elapsed, {
+        "rows": record.checkpoint,
+        "errors": record.errors,
+        "seconds": round(elapsed, 2),
+        "accuracy": record.correct / record.labelled if record.labelled else None,
+    }
+
+
+def digits_runs(registry: ModelRegistry, work: Path, rows: int, say: Any) -> dict[str, Any]:
+    source = digits_parquet(work / "digits.parquet", rows)
+    registry.warmup("digits", 256)
+    common = {"model": "digits", "input": source, "id_column": "id", "label_column": "label"}
+    out: dict[str, Any] = {}
+    for label, sql in (("parquet_to_parquet", False), ("with_sqlite_rows", True)):
+        rps, info = timed_job(registry, work, f"digits-{label}", sql_results=sql, **common)
+        out[label] = {"rows_per_s": round(rps), **info}
+        say(f"digits {rows:,} rows {label}: {rps:,.0f} rows/s ({info['seconds']} s)")
+    return out
+
+
+def minilm_runs(
+    registry: ModelRegistry, work: Path, rows: int, ctx: Context, say: Any
+) -> dict[str, Any]:
+    top = ceiling.measure(ctx, registry, "minilm")
+    best = top["best_batch"]
+    source = sentences_parquet(work / "sentences.parquet", rows)
+    rps, info = timed_job(
+        registry, work, "minilm", model="minilm", input=source, input_columns=("text",),
+        batch_size=best, sql_results=False,
+    )  # fmt: skip
+    ratio = rps / top["throughput_rps"]
+    same = _forward_rps(registry, workloads.texts(rows)[::10], best)
+    say(f"  forward pass alone over every 10th of the same sentences, sorted: {same:,.0f}/s")
+    say(
+        f"minilm {rows:,} sentences: {rps:,.0f}/s vs ceiling {top['throughput_rps']:,.0f}/s "
+        f"at batch {best}: {ratio:.2f}x"
+    )
+    return {
+        "job_rows_per_s": round(rps, 1),
+        "ceiling": top,
+        "ratio": round(ratio, 3),
+        "same_sentences_forward_rps": round(same, 1),
+        "ratio_to_same_sentences": round(rps / same, 3),
+        **info,
+    }
+
+
+def _forward_rps(registry: ModelRegistry, sentences: list[str], batch: int) -> float:
+    """The ceiling's measure (sorted by length, pre-collated, forward only), once over
+    these sentences: the ceiling itself times a short sample, best of three rounds."""
+    model = registry.get("minilm")
+    ordered = sorted(sentences, key=len)
+    batches = [model.adapter.collate(ordered[i : i + batch]) for i in range(0, len(ordered), batch)]
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for collated in batches:
+            model.module(**collated)
+    return len(ordered) / (time.perf_counter() - started)
+
+
+def _scoring(output: Path, checkpoint: int) -> bool:
+    """A window past the checkpoint is being scored (its in-flight marker is there)."""
+    try:
+        return any(
+            p.suffix == ".inflight" and int(p.name.split("-")[0]) >= checkpoint
+            for p in parts_dir(output).iterdir()
+        )
+    except FileNotFoundError:  # not started yet, or finished
+        return False
+
+
+def kill_and_resume(work: Path, rows: int, say: Any) -> dict[str, Any]:
+    source = digits_parquet(work / "kill.parquet", rows)
+    output, url = work / "kill-out.parquet", f"sqlite:///{work / 'kill.db'}"
+    command = [
+        sys.executable, "-m", "worker", "score", "--model", "digits", "--input", str(source),
+        "--output", str(output), "--database", url, "--job", "kill", "--id-column", "id",
+        "--label-column", "label",
+    ]  # fmt: skip
+    engine = make_engine(url)
+    jobs = JobStore(engine)
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    at_kill = 0
+    # Past half, and while the next window is being scored.
+    while proc.poll() is None and not (at_kill >= rows // 2 and _scoring(output, at_kill)):
+        try:
+            job = jobs.get("kill")
+        except Exception:  # the job table is not there yet
+            job = None
+        at_kill = job.checkpoint if job else 0
+        time.sleep(0.005)
+    proc.kill()
+    proc.wait()
+    started = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    resume_s = time.perf_counter() - started
+    done = jobs.get("kill")
+    assert done is not None
+    with engine.connect() as conn:
+        total, distinct = conn.execute(
+            text("SELECT COUNT(*), COUNT(DISTINCT request_id) FROM inference_results")
+        ).one()
+    engine.dispose()
+    order = pq.read_table(output, columns=["row"]).column("row").to_numpy()
+    result = {
+        "rows": rows,
+        "checkpoint_at_kill": at_kill,
+        "recomputed_rows": done.recomputed,
+        "window_rows": NUMERIC_WINDOW_ROWS,
+        "sql_results": total,
+        "sql_distinct_ids": distinct,
+        "output_rows": len(order),
+        "output_in_order_exactly_once": bool(np.array_equal(order, np.arange(rows))),
+        "resume_s_including_startup": round(resume_s, 1),
+    }
+    say(
+        f"kill -9 at row {at_kill:,} of {rows:,}: resumed, {done.recomputed:,} rows recomputed; "
+        f"SQL {total:,} rows ({distinct:,} ids), output {len(order):,} rows in order: "
+        f"{result['output_in_order_exactly_once']}"
+    )
+    return result
+
+
+def scaleout(registry: ModelRegistry, work: Path, rows: int, say: Any) -> dict[str, Any]:
+    source = digits_parquet(work / "scaleout.parquet", rows)
+    warmup = digits_parquet(work / "warmup.parquet", 2000)
+    runs = [
+        jobs_scaleout.one_run(registry, source, warmup, n, work, torch_threads=1) for n in (1, 2)
+    ]
+    for run in runs:
+        say(
+            f"distributed {rows:,} digits rows, {run['workers']} worker(s): "
+            f"{run['rows_per_s']:,} rows/s; each row once in PostgreSQL: {run['each_row_once']}"
+        )
+    return {"runs": runs, "two_vs_one": round(runs[1]["rows_per_s"] / runs[0]["rows_per_s"], 2)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.jobs", description=__doc__)
+    parser.add_argument("--digits-rows", type=int, default=1_000_000)
+    parser.add_argument("--minilm-rows", type=int, default=20_000)
+    parser.add_argument("--kill-rows", type=int, default=200_000)
+    parser.add_argument("--scaleout-rows", type=int, default=100_000)
+    parser.add_argument("--quick", action="store_true", help="a tenth of each size")
+    parser.add_argument("--only", default="digits,minilm,kill,scaleout")
+    parser.add_argument("--torch-threads", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--out", type=Path, default=Path("bench/out"))
+    args = parser.parse_args(argv)
+    scale = 10 if args.quick else 1
+    torch.set_num_threads(args.torch_threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    registry = load_registry(None)
+    plan = dataclasses.replace(QUICK if args.quick else FULL)
+    ctx = Context(plan=plan, out=args.out, torch_threads=args.torch_threads)
+    only = set(args.only.split(","))
+    report: dict[str, Any] = {"torch_threads": args.torch_threads, "cpus": os.cpu_count()}
+    with tempfile.TemporaryDirectory(prefix="bench-jobs-") as tmp:
+        work = Path(tmp)
+        if "digits" in only:
+            report["digits"] = digits_runs(registry, work, args.digits_rows // scale, print)
+        if "minilm" in only:
+            report["minilm"] = minilm_runs(registry, work, args.minilm_rows // scale, ctx, print)
+        if "kill" in only:
+            report["kill"] = kill_and_resume(work, args.kill_rows // scale, print)
+        if "scaleout" in only:
+            report["scaleout"] = scaleout(registry, work, args.scaleout_rows // scale, print)
+    path = args.out / "jobs.json"
+    path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

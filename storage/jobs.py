@@ -1,0 +1,168 @@
+"""The ``jobs`` table: an offline scoring job's parameters, state, checkpoint and counters.
+
+A local job's checkpoint moves inside the transaction that writes its results
+(``ResultStore.write(..., also=store.advance(...))``) and only from the value the
+writer last saw, so a crashed or cancelled job never counts a row twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, func, insert, select, update
+
+from storage.engine import begin_write
+from storage.schema import inference_results, jobs
+
+RUNNING, DONE, CANCELLED = "running", "done", "cancelled"
+PUBLISHED = "published"  # a distributed job whose rows are all on Kafka
+
+
+class JobConflict(Exception):
+    """The job is not where this writer left it: cancelled, finished, or taken over."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    name: str
+    kind: str
+    model: str
+    state: str
+    params: dict[str, Any]
+    rows_total: int | None
+    checkpoint: int
+    errors: int
+    labelled: int
+    correct: int
+    abs_error_sum: float
+    recomputed: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class WindowCounts:
+    """What one committed window adds to the job's counters."""
+
+    rows: int
+    errors: int = 0
+    labelled: int = 0
+    correct: int = 0
+    abs_error_sum: float = 0.0
+
+
+class JobStore:
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def get(self, name: str) -> JobRecord | None:
+        with self._engine.connect() as conn:
+            row = conn.execute(select(jobs).where(jobs.c.name == name)).mappings().first()
+        return JobRecord(**row) if row is not None else None
+
+    def all(self) -> list[JobRecord]:
+        with self._engine.connect() as conn:
+            rows = conn.execute(select(jobs).order_by(jobs.c.created_at)).mappings().all()
+        return [JobRecord(**row) for row in rows]
+
+    def create(
+        self, name: str, *, kind: str, model: str, params: dict[str, Any], rows_total: int | None
+    ) -> JobRecord:
+        now = datetime.now(UTC)
+        values: dict[str, Any] = {
+            "name": name,
+            "kind": kind,
+            "model": model,
+            "state": RUNNING,
+            "params": params,
+            "rows_total": rows_total,
+            "checkpoint": 0,
+            "errors": 0,
+            "labelled": 0,
+            "correct": 0,
+            "abs_error_sum": 0.0,
+            "recomputed": 0,
+            "created_at": now,
+            "updated_at": now,
+        }
+        with begin_write(self._engine) as conn:
+            conn.execute(insert(jobs).values(values))
+        return JobRecord(**values)
+
+    def advance(self, name: str, start: int, counts: WindowCounts) -> Callable[[Connection], None]:
+        """A step for the results transaction: checkpoint ``start`` → ``start + rows``."""
+
+        def step(conn: Connection) -> None:
+            moved = conn.execute(
+                update(jobs)
+                .where(jobs.c.name == name, jobs.c.state == RUNNING, jobs.c.checkpoint == start)
+                .values(
+                    checkpoint=start + counts.rows,
+                    errors=jobs.c.errors + counts.errors,
+                    labelled=jobs.c.labelled + counts.labelled,
+                    correct=jobs.c.correct + counts.correct,
+                    abs_error_sum=jobs.c.abs_error_sum + counts.abs_error_sum,
+                    updated_at=datetime.now(UTC),
+                )
+            )
+            if moved.rowcount != 1:
+                raise JobConflict(f"job {name!r} is no longer running at row {start}")
+
+        return step
+
+    def add_recomputed(self, name: str, rows: int) -> None:
+        self._update(name, recomputed=jobs.c.recomputed + rows)
+
+    def finish(self, name: str, **values: Any) -> None:
+        self._update(name, state=DONE, **values)
+
+    def cancel(self, name: str) -> bool:
+        """Mark a running (or published) job cancelled; False if there is none by that name."""
+        with begin_write(self._engine) as conn:
+            moved = conn.execute(
+                update(jobs)
+                .where(jobs.c.name == name, jobs.c.state.in_([RUNNING, PUBLISHED]))
+                .values(state=CANCELLED, updated_at=datetime.now(UTC))
+            )
+        return moved.rowcount == 1
+
+    def set_state(self, name: str, state: str) -> None:
+        self._update(name, state=state)
+
+    def _update(self, name: str, **values: Any) -> None:
+        with begin_write(self._engine) as conn:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.name == name)
+                .values(updated_at=datetime.now(UTC), **values)
+            )
+
+    def result_counts(self, name: str) -> dict[str, int]:
+        """``{status: rows}`` of the job's results (request ids ``"{name}:{row}"``)."""
+        query = (
+            select(inference_results.c.status, func.count())
+            .where(inference_results.c.request_id.startswith(f"{name}:", autoescape=True))
+            .group_by(inference_results.c.status)
+        )
+        with self._engine.connect() as conn:
+            return {status: int(n) for status, n in conn.execute(query)}
+
+    def results(self, name: str) -> list[tuple[int, str, Any, str | None]]:
+        """``(row, status, outputs, error_message)`` of the job's results, in row order."""
+        prefix = f"{name}:"
+        query = select(
+            inference_results.c.request_id,
+            inference_results.c.status,
+            inference_results.c.outputs,
+            inference_results.c.error_message,
+        ).where(inference_results.c.request_id.startswith(prefix, autoescape=True))
+        with self._engine.connect() as conn:
+            rows = [
+                (int(rid[len(prefix) :]), status, outputs, message)
+                for rid, status, outputs, message in conn.execute(query)
+            ]
+        rows.sort(key=lambda r: r[0])
+        return rows

@@ -1,0 +1,1 @@
+"""Offline scoring jobs: files scored locally or through the workers, exactly once."""

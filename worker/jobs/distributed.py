@@ -1,0 +1,187 @@
+"""A distributed job: rows become requests on the low lane; every worker scores its share.
+
+Each good row is published as request ``"{job}:{row}"`` (metadata ``{"job", "row"}``,
+its label as ``expected``), so the workers' usual path stores exactly one result per
+row in the shared database. Bad rows never leave: they are stored as ``rejected``
+results and listed in the errors file. The job's checkpoint counts rows published and
+acknowledged by Kafka; a rerun publishes from there (a row published twice still has
+one result, the upsert keeps one row per request id). ``export_job`` writes the
+outputs in input order once every row has a result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from consumers.client import InferlaneClient
+from consumers.contract import Priority, Status
+from consumers.topics import ensure_topics
+from storage import ResultStore
+from storage.jobs import CANCELLED, PUBLISHED, JobRecord, JobStore, WindowCounts
+from worker.config import WorkerSettings
+from worker.jobs.decode import Decoded, RowError, decode
+from worker.jobs.local import open_job
+from worker.jobs.outputs import Parts, errors_path, write_error_file, write_table_file
+from worker.jobs.params import JobParams
+from worker.jobs.rows import error_line, error_row, usable_labels
+from worker.jobs.sources import windows
+from worker.models import ClassifierAdapter, ModelRegistry
+
+
+class ExportError(Exception):
+    """The job is unknown, not distributed, or not complete yet."""
+
+
+def errors_file(name: str, params: JobParams) -> Path:
+    base = params.output or params.input.with_name(f"{params.input.name}.{name}")
+    return errors_path(base)
+
+
+def publish(
+    name: str,
+    params: JobParams,
+    registry: ModelRegistry,
+    store: ResultStore,
+    bootstrap: str,
+    *,
+    settings: WorkerSettings | None = None,
+) -> JobRecord:
+    """Publish the rows not yet published; return the job once every row is out."""
+    settings = settings or WorkerSettings()
+    jobs = JobStore(store.engine)
+    record = open_job(jobs, name, params, kind="distributed")
+    if record.state == PUBLISHED:
+        return record
+    topic = settings.topics.low
+    asyncio.run(ensure_topics(bootstrap, [topic], partitions=settings.topics.partitions))
+    adapter = registry.adapter(params.model)
+    parts = Parts(errors_file(name, params))
+    parts.discard_from(record.checkpoint)
+    with InferlaneClient(bootstrap) as client:
+        for window in windows(
+            params.input,
+            params.window_for(adapter),
+            start=record.checkpoint,
+            columns=params.columns.names,
+        ):
+            decoded = decode(window, adapter, params.columns)
+            for key, value in _requests(name, params.model, decoded, registry):
+                client.send_raw(value, key=key, topic=topic)
+            client.flush()  # acknowledged before the checkpoint moves past these rows
+            parts.write(window.start, pa.table({}), [error_line(e) for e in decoded.errors])
+            now = datetime.now(UTC)
+            rejected = [
+                error_row(name, window.start, params.model, None, e, now)
+                for e in decoded.errors
+                if e.row is not None
+            ]
+            counts = WindowCounts(len(window), len(decoded.errors))
+            store.write(rejected, [], [], also=jobs.advance(name, window.start, counts))
+    parts.assemble_errors(errors_file(name, params))
+    parts.remove()
+    jobs.set_state(name, PUBLISHED)
+    final = jobs.get(name)
+    assert final is not None
+    return final
+
+
+def _requests(
+    name: str, model: str, decoded: Decoded, registry: ModelRegistry
+) -> Iterator[tuple[bytes, bytes]]:
+    items = decoded.items
+    values = items.tolist() if isinstance(items, np.ndarray) else items
+    expected: list[Any] = [None] * len(values)
+    if decoded.expected is not None:
+        usable = usable_labels(registry.adapter(model), decoded.expected)
+        labels = decoded.expected.tolist()
+        integral = _integral_labels(registry, model)
+        expected = [
+            (int(y) if integral else y) if ok else None
+            for y, ok in zip(labels, usable.tolist(), strict=True)
+        ]
+    for row, inputs, label in zip(decoded.rows.tolist(), values, expected, strict=True):
+        rid = f"{name}:{row}"
+        request: dict[str, Any] = {
+            "request_id": rid,
+            "model": model,
+            "inputs": inputs,
+            "priority": Priority.LOW.value,
+            "metadata": {"job": name, "row": row},
+        }
+        if label is not None:
+            request["expected"] = label
+        yield rid.encode(), orjson.dumps(request)
+
+
+def _integral_labels(registry: ModelRegistry, model: str) -> bool:
+    return isinstance(registry.adapter(model), ClassifierAdapter)
+
+
+def export_job(name: str, store: ResultStore, output: Path) -> int:
+    """Write the job's outputs in input order; return the rows written."""
+    jobs = JobStore(store.engine)
+    record = jobs.get(name)
+    if record is None or record.kind != "distributed":
+        raise ExportError(f"no distributed job {name!r}")
+    if record.state == CANCELLED:
+        raise ExportError(f"job {name!r} was cancelled")
+    total = record.rows_total or 0
+    results = jobs.results(name)
+    if record.state != PUBLISHED or len(results) < total:
+        raise ExportError(
+            f"job {name!r} is not complete: {len(results):,} of {total:,} rows have results"
+        )
+    params = JobParams.model_validate(record.params)
+    ids = _ids(params) if params.id_column else None
+    ok = [(row, outputs) for row, status, outputs, _ in results if status == Status.OK.value]
+    rows = [row for row, _ in ok]
+    columns: dict[str, pa.Array] = {"row": pa.array(rows, type=pa.int64())}
+    if ids is not None:
+        columns["id"] = pa.array([ids[r] for r in rows])
+    columns |= _output_columns([o for _, o in ok])
+    write_table_file(output, pa.table(columns))
+    failed = [
+        error_line(RowError(row, ids[row] if ids else None, message or status))
+        for row, status, _, message in results
+        if status != Status.OK.value
+    ]
+    write_error_file(errors_path(output), failed)
+    return len(rows)
+
+
+def _output_columns(outputs: list[Any]) -> dict[str, pa.Array]:
+    if outputs and all(isinstance(o, dict) for o in outputs):
+        keys = list(outputs[0])
+        return {k: pa.array([o.get(k) for o in outputs]) for k in keys}
+    name = "embedding" if outputs and isinstance(outputs[0], list) else "output"
+    return {name: pa.array(outputs)}
+
+
+def _ids(params: JobParams) -> list[Any]:
+    """The id column of the whole input, by row number."""
+    column = params.id_column
+    assert column is not None
+    ids: list[Any] = []
+    for window in windows(params.input, 65_536, start=0, columns=[column]):
+        if window.lines is not None:
+            ids += [_line_id(line, column) for line in window.lines]
+        else:
+            assert window.table is not None
+            ids += window.table.column(column).to_pylist()
+    return ids
+
+
+def _line_id(line: bytes, column: str) -> Any:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return obj.get(column) if isinstance(obj, dict) else None

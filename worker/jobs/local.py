@@ -1,0 +1,173 @@
+"""A local job: score a file in one process, exactly once, resumable after any crash.
+
+Per window of rows: decode, score, write the output part (atomic rename), then one SQL
+transaction holds the window's results, drift rows and the job's checkpoint. A crash
+before that commit leaves a part past the checkpoint, which the next run deletes and
+recomputes: at most the one window in flight is scored again, and nothing reaches the
+output or SQL twice. When every window is in, the parts become the output file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import queue
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage import ResultStore
+from storage.jobs import CANCELLED, DONE, JobConflict, JobRecord, JobStore
+from worker.jobs.decode import Decoded, decode
+from worker.jobs.outputs import Parts, parts_dir
+from worker.jobs.params import JobParams
+from worker.jobs.rows import WindowResult, window_result
+from worker.jobs.sources import Window, count_rows, windows
+from worker.models import ModelRegistry
+
+# Windows read and decoded ahead of the one being scored.
+_PREFETCH = 2
+
+
+class JobError(Exception):
+    """The job cannot run as asked (finished, cancelled, other parameters, running elsewhere)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    done_rows: int  # rows committed so far, this run and earlier ones
+    total_rows: int | None
+
+
+class LocalJob:
+    def __init__(
+        self,
+        name: str,
+        params: JobParams,
+        registry: ModelRegistry,
+        store: ResultStore,
+        *,
+        on_progress: Callable[[Progress], None] = lambda _: None,
+    ) -> None:
+        if params.output is None:
+            raise ValueError("a local job needs an output file")
+        self.name = name
+        self.params = params
+        self._output = params.output
+        self._registry = registry
+        self._store = store
+        self._jobs = JobStore(store.engine)
+        self._on_progress = on_progress
+
+    def run(self) -> JobRecord:
+        record = open_job(self._jobs, self.name, self.params, kind="local")
+        if record.state == DONE:
+            shutil.rmtree(parts_dir(self._output), ignore_errors=True)  # if a crash left it
+            return record
+        parts = Parts(self._output)
+        with _exclusive(parts.folder, self.name):
+            recomputed = parts.discard_from(record.checkpoint)
+            if recomputed:
+                self._jobs.add_recomputed(self.name, recomputed)
+            try:
+                self._score(record, parts)
+            except JobConflict as exc:  # cancelled meanwhile: this window rolled back
+                raise JobError(str(exc)) from None
+            parts.assemble()
+            self._jobs.finish(self.name)
+            parts.remove()
+        final = self._jobs.get(self.name)
+        assert final is not None
+        return final
+
+    def _score(self, record: JobRecord, parts: Parts) -> None:
+        model = self._registry.get(self.params.model)
+        batch = self.params.batch_size or model.max_batch
+        done = record.checkpoint
+        self._on_progress(Progress(done, record.rows_total))
+        for window, decoded in _prefetched(self._decoded(done)):
+            parts.begin(window.start, len(window))
+            result = window_result(self.name, window, decoded, model, batch, self.params)
+            self._commit(parts, window.start, result)
+            parts.end(window.start, len(window))
+            done = window.start + len(window)
+            self._on_progress(Progress(done, record.rows_total))
+
+    def _decoded(self, start: int) -> Iterator[tuple[Window, Decoded]]:
+        adapter = self._registry.adapter(self.params.model)
+        columns = self.params.columns
+        for window in windows(
+            self.params.input, self.params.window_for(adapter), start=start, columns=columns.names
+        ):
+            yield window, decode(window, adapter, columns)
+
+    def _commit(self, parts: Parts, start: int, result: WindowResult) -> None:
+        parts.write(start, result.table, result.errors)
+        step = self._jobs.advance(self.name, start, result.counts)
+        self._store.write(result.results, result.drift, [], also=step)
+
+
+def open_job(jobs: JobStore, name: str, params: JobParams, *, kind: str) -> JobRecord:
+    """The job of that name, created on first use; a rerun must ask for the same thing."""
+    record = jobs.get(name)
+    if record is None:
+        rows = count_rows(params.input)
+        return jobs.create(
+            name, kind=kind, model=params.model, params=params.stored(), rows_total=rows
+        )
+    if record.kind != kind or record.params != params.stored():
+        raise JobError(
+            f"job {name!r} exists with other parameters: {record.kind} {record.params}; "
+            "give this run another --job name"
+        )
+    if record.state == CANCELLED:
+        raise JobError(f"job {name!r} was cancelled; give this run another --job name")
+    return record
+
+
+def _prefetched(items: Iterator[tuple[Window, Decoded]]) -> Iterator[tuple[Window, Decoded]]:
+    """Read and decode on a thread of its own while the caller scores and writes."""
+    ahead: queue.Queue[tuple[Window, Decoded] | BaseException | None] = queue.Queue(_PREFETCH)
+    stop = threading.Event()
+
+    def fill() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                ahead.put(item)
+            ahead.put(None)
+        except BaseException as exc:  # handed to the caller, raised there
+            ahead.put(exc)
+
+    thread = threading.Thread(target=fill, name="inferlane-job-reader", daemon=True)
+    thread.start()
+    try:
+        while (item := ahead.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                ahead.get_nowait()
+            except queue.Empty:
+                thread.join(0.05)
+
+
+@contextmanager
+def _exclusive(folder: Path, name: str) -> Iterator[None]:
+    """One process per job: a second one fails at once instead of interleaving parts."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise JobError(f"job {name!r} is running in another process") from None
+        yield
+    finally:
+        os.close(fd)

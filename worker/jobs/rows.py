@@ -1,0 +1,168 @@
+"""One scored window → its output table, error lines, SQL rows and counter increments.
+
+SQL rows follow the worker's contract: request id ``"{job}:{row}"``, ``ok`` results
+with the same outputs a Kafka request gets, ``rejected`` for bad rows and ``error``
+for rows the model failed on, and a drift row for each labelled ``ok`` row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from consumers.contract import Priority, Status
+from consumers.errors import BadInput
+from storage import DriftRow, ResultRow
+from storage.jobs import WindowCounts
+from worker.jobs.compute import score
+from worker.jobs.decode import Decoded, RowError
+from worker.jobs.params import JobParams
+from worker.jobs.sources import Window
+from worker.models import Adapter, ClassifierAdapter, LoadedModel
+
+
+@dataclass(slots=True)
+class WindowResult:
+    table: pa.Table
+    errors: list[dict[str, Any]]
+    results: list[ResultRow]
+    drift: list[DriftRow]
+    counts: WindowCounts
+
+
+def window_result(
+    job: str, window: Window, decoded: Decoded, model: LoadedModel, batch: int, params: JobParams
+) -> WindowResult:
+    scored = score(model, decoded.items, batch)
+    keep = scored.keep
+    errors = list(decoded.errors)
+    for i, code, message in scored.failures:
+        rid = decoded.ids[i].as_py() if decoded.ids is not None else None
+        errors.append(RowError(int(decoded.rows[i]), rid, message, code=code))
+    errors.sort(key=lambda e: (e.row is None, e.row or 0))
+    rows = decoded.rows[keep]
+    columns: dict[str, pa.Array] = {"row": pa.array(rows)}
+    if decoded.ids is not None:
+        columns["id"] = decoded.ids.filter(pa.array(keep))
+    table = pa.table({**columns, **scored.columns})
+
+    labelled = correct = 0
+    abs_error_sum = 0.0
+    drift_pairs: list[tuple[int, float, float]] = []
+    if decoded.expected is not None and scored.numeric is not None:
+        expected = decoded.expected[keep]
+        usable = usable_labels(model.adapter, expected)
+        output, truth = scored.numeric[usable], expected[usable]
+        labelled = int(usable.sum())
+        correct = int((output == truth).sum())
+        abs_error_sum = float(np.abs(output - truth).sum())
+        if params.sql_results:
+            drift_pairs = list(
+                zip(rows[usable].tolist(), output.tolist(), truth.tolist(), strict=True)
+            )
+
+    results: list[ResultRow] = []
+    drift: list[DriftRow] = []
+    if params.sql_results:
+        now = datetime.now(UTC)
+        results = _ok_rows(job, window, model, rows, scored.to_json(), batch, scored.compute_s, now)
+        results += [
+            error_row(job, window.start, model.name, model.version, e, now)
+            for e in errors
+            if e.row is not None
+        ]
+        drift = [
+            DriftRow(f"{job}:{row}", model.name, model.version, out, exp, out - exp, now)
+            for row, out, exp in drift_pairs
+        ]
+    counts = WindowCounts(len(window), len(errors), labelled, correct, abs_error_sum)
+    return WindowResult(table, [error_line(e) for e in errors], results, drift, counts)
+
+
+def usable_labels(adapter: Adapter, expected: np.ndarray) -> np.ndarray:
+    """Labels the drift log can use (a malformed one never fails a good prediction)."""
+    usable = np.isfinite(expected)
+    if isinstance(adapter, ClassifierAdapter):
+        usable &= (expected == np.round(expected)) & (expected >= 0)
+        usable &= expected < adapter.num_classes
+    return usable
+
+
+def _source(job: str) -> str:
+    return f"job:{job}"
+
+
+def _ok_rows(
+    job: str,
+    window: Window,
+    model: LoadedModel,
+    rows: np.ndarray,
+    outputs: list[Any],
+    batch: int,
+    compute_s: float,
+    now: datetime,
+) -> list[ResultRow]:
+    compute_ms = round(compute_s * 1000, 3)
+    batch_id, source = f"{job}@{window.start}", _source(job)
+    return [
+        ResultRow(
+            f"{job}:{row}",
+            model.name,
+            model.version,
+            Status.OK.value,
+            Priority.LOW.value,
+            out,
+            None,
+            None,
+            0.0,
+            compute_ms,
+            compute_ms,
+            batch_id,
+            batch,
+            source,
+            0,
+            row,
+            now,
+        )
+        for row, out in zip(rows.tolist(), outputs, strict=True)
+    ]
+
+
+def error_row(
+    job: str, start: int, model: str, version: str | None, e: RowError, now: datetime
+) -> ResultRow:
+    """A bad row's ``rejected`` result, or the ``error`` of a row the model failed on."""
+    failed = e.code is not None
+    status, code = (Status.ERROR, e.code) if failed else (Status.REJECTED, BadInput.code)
+    return ResultRow(
+        f"{job}:{e.row}",
+        model,
+        version if failed else None,
+        status.value,
+        Priority.LOW.value,
+        None,
+        code,
+        e.reason,
+        0.0,
+        0.0,
+        0.0,
+        f"{job}@{start}",
+        0,
+        _source(job),
+        0,
+        e.row or 0,
+        now,
+    )
+
+
+def error_line(e: RowError) -> dict[str, Any]:
+    line: dict[str, Any] = {"row": e.row, "error": e.reason}
+    if e.id is not None:
+        line["id"] = e.id
+    if e.line is not None:
+        line["line"] = e.line
+    return line
