@@ -50,13 +50,15 @@ def require_binary(name: str) -> str:
 
 class CuttableProxy:
     """A TCP proxy on the test's event loop; ``cut()`` drops every connection and
-    refuses new ones (accepted, then closed at once) until ``restore()``."""
+    refuses new ones (accepted, then closed at once) until ``restore()``; ``hang()``
+    drops them too, then holds new ones open without an answer (a black hole)."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self._target = (target_host, target_port)
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self.cut_off = False
+        self.hanging = False
 
     @property
     def port(self) -> int:
@@ -79,12 +81,23 @@ class CuttableProxy:
             w.close()
         self._writers.clear()
 
+    def hang(self) -> None:
+        self.cut()
+        self.cut_off, self.hanging = False, True
+
     def restore(self) -> None:
         self.cut_off = False
+        if self.hanging:  # the held connections fail now, as a timeout would end them
+            self.hanging = False
+            self.cut()
+            self.cut_off = False
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.cut_off:
             writer.close()
+            return
+        if self.hanging:
+            self._writers.add(writer)
             return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._target)

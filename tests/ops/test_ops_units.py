@@ -55,6 +55,17 @@ def test_snapshot_sums_over_other_labels() -> None:
 def test_logs_mask_url_passwords_and_keep_only_known_fields() -> None:
     assert scrub("postgresql+psycopg://u:p4ss@db:5432/x") == "postgresql+psycopg://u:***@db:5432/x"
     assert scrub("no url here: a:b@c") == "no url here: a:b@c"
+    driver = (
+        "(psycopg.OperationalError) server closed the connection\n"
+        "[SQL: INSERT INTO inference_results (request_id, outputs)\nVALUES (%s, %s)]\n"
+        "[parameters: ('r1', '{\"secret\": [1, 2]}')]\n"
+        "(Background on this error at: https://sqlalche.me/e/20/e3q8)"
+    )
+    cleaned = scrub(driver)
+    assert cleaned.startswith("(psycopg.OperationalError) server closed the connection\n")
+    assert "secret" not in cleaned and "INSERT" not in cleaned
+    assert cleaned.endswith("(Background on this error at: https://sqlalche.me/e/20/e3q8)")
+    assert "secret" not in scrub(driver.rsplit("\n", 1)[0])  # without the trailer too
     record = logging.LogRecord("t", logging.WARNING, __file__, 1, "to %s", ("pg://u:pw@h/d",), None)
     record.request_id, record.inputs = "r1", [1, 2, 3]
     entry = orjson.loads(JsonFormatter().format(record))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import threading
 from collections.abc import Iterator
 
 import orjson
@@ -116,3 +117,40 @@ async def test_readiness_flips_with_the_database_and_logs_stay_clean(
     text = json_logs.getvalue()
     assert MARKER not in text
     assert PASSWORD not in text
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+async def test_a_database_that_hangs_is_reported_without_stalling_the_worker(
+    broker: EmbeddedBroker, db_url: str, demo_registry: ModelRegistry
+) -> None:
+    proxy = await CuttableProxy("127.0.0.1", make_url(db_url).port or 5432).start()
+    url = make_url(db_url).set(port=proxy.port).render_as_string(hide_password=False)
+    port = free_port()
+    settings = settings_for(broker.bootstrap, url, ops=OpsConfig(http_port=port))
+    base = f"http://127.0.0.1:{port}"
+
+    async def answer() -> dict:
+        status, body = await aget(f"{base}/readyz")
+        return {"status": status, **orjson.loads(body)}
+
+    async def ready_is(want: bool) -> bool:
+        return (await answer())["ready"] is want
+
+    try:
+        async with Worker(settings, demo_registry):
+            await until(lambda: ready_is(True), what="ready")
+            proxy.hang()
+            await until(lambda: ready_is(False), what="not ready while the database hangs")
+            hung = await answer()
+            # Readiness pings again and again; each waits on the one hung ping, so no
+            # thread piles up, and the loop keeps answering.
+            for _ in range(3):
+                assert (await answer())["status"] == 503
+            pingers = [t for t in threading.enumerate() if t.name.startswith("inferlane-db-ping")]
+            assert len(pingers) == 1
+            assert (await aget(f"{base}/healthz"))[0] == 200
+            proxy.restore()
+            await until(lambda: ready_is(True), what="ready once the database answers")
+    finally:
+        await proxy.stop()
+    assert any("no answer within" in m for m in hung["missing"]), hung

@@ -75,6 +75,7 @@ class OpsServer:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+        self._probe.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

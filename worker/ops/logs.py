@@ -22,9 +22,13 @@ FIELDS = (
 )  # fmt: skip
 # scheme://user:password@host -> scheme://user:***@host, wherever a URL shows up.
 _URL_PASSWORD = re.compile(r"(\w[\w+.-]*://[^:/@\s]*:)[^@\s]+@")
+# SQLAlchemy appends the statement and its parameters (result rows: outputs, echoed
+# metadata) to a driver error's text; keep the driver's message, drop those.
+_SQL_DETAIL = re.compile(r"\n\[SQL: .*?(?=\n\(Background on this error|\Z)", re.DOTALL)
 
 
 def scrub(text: str) -> str:
+    text = _SQL_DETAIL.sub("\n[SQL and parameters omitted]", text)
     return _URL_PASSWORD.sub(r"\1***@", text)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, text
@@ -60,7 +61,11 @@ def decide(facts: Facts, *, max_lag: int) -> Readiness:
 
 
 class ReadinessProbe:
-    """Measures the facts; the database is pinged at most once per ``min_interval_s``."""
+    """Measures the facts; the database is pinged at most once per ``min_interval_s``.
+
+    Pings run on a thread of their own, one at a time: a database that hangs (no answer,
+    not a refusal) holds that thread only, never the pool the pipeline's work uses.
+    """
 
     def __init__(self, view: WorkerView, config: OpsConfig, *, min_interval_s: float = 1.0):
         self._view = view
@@ -69,6 +74,8 @@ class ReadinessProbe:
         self._db_checked_s = float("-inf")
         self._db_error: str | None = "not checked yet"
         self._db_lock = asyncio.Lock()
+        self._pinger = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferlane-db-ping")
+        self._ping_running: Future[None] | None = None
 
     async def check(self) -> Readiness:
         view = self._view
@@ -90,15 +97,22 @@ class ReadinessProbe:
         store = self._view.store
         if store is None:
             return "not connected yet"
+        if self._ping_running is None or self._ping_running.done():
+            self._ping_running = self._pinger.submit(_select_one, store.engine)
         try:
             await asyncio.wait_for(
-                asyncio.to_thread(_select_one, store.engine), self._config.db_probe_timeout_s
+                asyncio.shield(asyncio.wrap_future(self._ping_running)),
+                self._config.db_probe_timeout_s,
             )
         except TimeoutError:
             return f"no answer within {self._config.db_probe_timeout_s} s"
         except Exception as exc:
             return _describe(exc, store.engine)
         return None
+
+
+    def close(self) -> None:
+        self._pinger.shutdown(wait=False, cancel_futures=True)
 
 
 def _select_one(engine: Engine) -> None:
