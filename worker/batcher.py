@@ -4,8 +4,10 @@ A batch holds one model. It closes when it is full, when its oldest item has wai
 ``max_wait``, or at once when the device is idle (an idle device never waits for a
 batch to fill). Lanes are served in strict priority: while a higher lane's batch is
 filling, nothing lower jumps the queue, except a lane that ``LaneShares`` says is owed
-its share of batches (so no lane starves). Every plan first sweeps the lanes for
-items whose deadline has passed: they leave with the plan's ``expired``.
+its share of batches (so no lane starves). Within a lane, a model already on the
+device goes before an older request for one that is not, for at most ``patience_s``
+(model swaps are costly). Every plan first sweeps the lanes for items whose deadline
+has passed: they leave with the plan's ``expired``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class Batcher:
         grouped: Callable[[str], bool],
         max_cost: Callable[[str], int | None] = lambda _: None,
         shares: LaneShares | None = None,
+        resident: Callable[[str], bool] = lambda _: True,
+        patience_s: float = 0.0,
     ) -> None:
         self._lanes = lanes
         self._max_wait_s = max_wait_s
@@ -43,6 +47,8 @@ class Batcher:
         self._grouped = grouped  # whether a model's inputs vary in length
         self._max_cost = max_cost  # padded size cap per model (tokens, items)
         self._shares = shares
+        self._resident = resident  # whether a model is on the device
+        self._patience_s = patience_s
 
     def plan(self, now_s: float, *, device_idle: bool) -> BatchPlan:
         expired = self._lanes.expire(now_s)
@@ -58,7 +64,11 @@ class Batcher:
 
     def _form(self, now_s: float, device_idle: bool) -> BatchPlan:
         lanes = list(self._lanes)
-        waiting = [(rank, lane, head) for rank, lane in enumerate(lanes) if (head := lane.oldest())]
+        waiting = [
+            (rank, lane, head)
+            for rank, lane in enumerate(lanes)
+            if (head := lane.next_head(now_s, resident=self._resident, patience_s=self._patience_s))
+        ]
         if not waiting:
             return BatchPlan()
 

@@ -61,10 +61,18 @@ class BatchConfig(_Frozen):
     max_wait_ms: float = Field(default=5.0, ge=0)
     # Batches queued ahead of the compute thread, so it never waits for the loop.
     prefetch: int = Field(default=2, ge=1)
+    # Within a lane, requests for a model already on the device go first, so interleaved
+    # traffic does not swap models in and out; another model's oldest request waits at
+    # most this long for that.
+    swap_patience_ms: float = Field(default=200.0, ge=0)
 
     @property
     def max_wait_s(self) -> float:
         return self.max_wait_ms / 1000.0
+
+    @property
+    def swap_patience_s(self) -> float:
+        return self.swap_patience_ms / 1000.0
 
 
 class LaneConfig(_Frozen):

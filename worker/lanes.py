@@ -76,6 +76,17 @@ class Lane:
         heads = (q[0] for q in self._by_model.values() if q)
         return min(heads, key=lambda p: p.received_s, default=None)
 
+    def next_head(
+        self, now_s: float, *, resident: Callable[[str], bool], patience_s: float
+    ) -> Pending | None:
+        """The oldest head, unless its model is not ``resident`` (on the device) and has
+        waited less than ``patience_s``: then the oldest head of a resident model."""
+        oldest = self.oldest()
+        if oldest is None or resident(oldest.model) or now_s - oldest.received_s >= patience_s:
+            return oldest
+        warm = (q[0] for m, q in self._by_model.items() if q and resident(m))
+        return min(warm, key=lambda p: p.received_s, default=oldest)
+
     def count(self, model: str) -> int:
         queue = self._by_model.get(model)
         return len(queue) if queue else 0

@@ -82,6 +82,8 @@ class Worker:
             grouped=lambda model: registry.adapter(model).variable_cost,
             max_cost=self._scheduler.max_cost,
             shares=self._scheduler.shares,
+            resident=registry.on_device,
+            patience_s=settings.batching.swap_patience_s,
         )
         self._tracker = OffsetTracker()
         self._executor: Executor = ThreadExecutor.configured(

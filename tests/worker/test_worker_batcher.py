@@ -230,3 +230,37 @@ def test_plan_invariants(
     else:
         assert batch and {p.model for p in batch} == {head.model}
         assert head in batch
+
+
+def test_a_model_on_the_device_goes_before_an_older_request_for_a_cold_one() -> None:
+    lanes = Lanes(capacity=100)
+    batcher = Batcher(
+        lanes,
+        max_wait_s=MAX_WAIT,
+        limit=lambda *_: 4,
+        grouped=lambda _: False,
+        resident=lambda model: model == "warm",
+        patience_s=0.2,
+    )
+    fill(lanes, pending("cold", received_s=1.00), pending("warm", received_s=1.01))
+
+    first = batcher.plan(1.05, device_idle=True).batch
+    assert first is not None and first.model == "warm"  # no swap for the interleaved one
+    second = batcher.plan(1.06, device_idle=True).batch
+    assert second is not None and second.model == "cold"  # nothing warm left: it runs
+
+
+def test_a_cold_model_waits_no_longer_than_the_patience() -> None:
+    lanes = Lanes(capacity=100)
+    batcher = Batcher(
+        lanes,
+        max_wait_s=MAX_WAIT,
+        limit=lambda *_: 4,
+        grouped=lambda _: False,
+        resident=lambda model: model == "warm",
+        patience_s=0.2,
+    )
+    fill(lanes, pending("cold", received_s=1.00), pending("warm", received_s=1.01))
+
+    plan = batcher.plan(1.25, device_idle=True)  # the cold head waited 250 ms > 200 ms
+    assert plan.batch is not None and plan.batch.model == "cold"

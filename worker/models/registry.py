@@ -153,6 +153,10 @@ class ModelRegistry:
         item = model.adapter.prepare(model.adapter.example())
         model.run([item] * min(batch_size, model.max_batch))
 
+    def on_device(self, name: str) -> bool:
+        """Whether ``name`` is loaded and warm on the device tier (a batch runs at once)."""
+        return self._store.on_device(name)
+
     def placements(self) -> dict[str, Placement]:
         """Models on the device or the host tier; the others are on disk."""
         return self._store.placements()

@@ -134,6 +134,10 @@ class TieredStore:
         model = self._device.get(name)
         return model if model is not None else self.ensure(name).result()
 
+    def on_device(self, name: str) -> bool:
+        # The view is an immutable snapshot, replaced whole: no lock needed to read it.
+        return self._view.tier_of(name) is Tier.DEVICE
+
     def placements(self) -> dict[str, Placement]:
         with self._lock:
             placed = {}
