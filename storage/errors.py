@@ -59,7 +59,7 @@ def classified_errors() -> Iterator[None]:
         raise StoreUnavailable(str(exc)) from exc
     except DBAPIError as exc:
         if _is_transient(exc):
-            raise StoreUnavailable(str(exc)) from exc
+            raise StoreUnavailable(_first_line(exc.orig)) from exc
         if isinstance(exc, IntegrityError | DataError):
             raise RowsRefused(_first_line(exc.orig)) from exc
         raise

@@ -199,10 +199,6 @@ class Worker:
     def lane_depths(self) -> dict[str, int]:
         return {lane.priority.value: len(lane) for lane in self._lanes}
 
-    def batch_caps(self) -> dict[str, int]:
-        # The high lane's limit: the controller's cap, before any slicing of lower lanes.
-        return {m: self._batch_limit(m, Priority.HIGH) for m in self._registry.names()}
-
     def in_flight_bytes(self) -> int:
         return self._in_flight.bytes
 

@@ -71,7 +71,7 @@ def _scrape(port: int, model: str) -> tuple[float | None, float | None]:
         for sample in family.samples:
             if sample.labels.get("model") == model:
                 found[sample.name] = sample.value
-    return found.get("inferlane_batch_cap"), found.get("inferlane_utilization_ratio")
+    return found.get("inferlane_batch_cap_requests"), found.get("inferlane_utilization_ratio")
 
 
 async def _sampler(port: int, model: str, t0: float, stop: asyncio.Event,

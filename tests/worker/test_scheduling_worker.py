@@ -57,5 +57,7 @@ async def test_a_replayed_request_keeps_the_timeout_it_had_when_produced(
         "inferlane_expired_total", {"model": "digits", "lane": "normal"}
     )
     assert expired == 1
-    cap = worker.metrics.registry.get_sample_value("inferlane_batch_cap", {"model": "digits"})
+    cap = worker.metrics.registry.get_sample_value(
+        "inferlane_batch_cap_requests", {"model": "digits"}
+    )
     assert cap is not None and 1 <= cap <= 256

@@ -26,10 +26,6 @@ class LiveGauges:
         self.lane_depth = Gauge(
             "inferlane_lane_depth_requests", "Requests waiting, per lane", ["lane"], registry=r
         )
-        self.batch_cap = Gauge(
-            "inferlane_batch_cap_requests", "Largest batch allowed now, per model", ["model"],
-            registry=r,
-        )  # fmt: skip
         self.in_flight_bytes = Gauge(
             "inferlane_in_flight_bytes", "Bytes of consumed records not yet durable", registry=r
         )
@@ -69,8 +65,6 @@ class LiveGauges:
         view = self._view
         for lane, depth in view.lane_depths().items():
             self.lane_depth.labels(lane).set(depth)
-        for model, cap in view.batch_caps().items():
-            self.batch_cap.labels(model).set(cap)
         self.in_flight_bytes.set(view.in_flight_bytes())
         self.paused.set(len(view.paused_partitions()))
         self.assigned.set(len(view.assignment))

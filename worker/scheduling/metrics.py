@@ -7,8 +7,6 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from consumers.contract import Priority
-from worker.lanes import Lanes
 from worker.pending import Batch, Pending
 
 _FORMATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
@@ -17,7 +15,12 @@ _FORMATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25
 class SchedulingMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        self.cap = Gauge("inferlane_batch_cap", "Batch size cap per model", ["model"], registry=r)
+        self.cap = Gauge(
+            "inferlane_batch_cap_requests",
+            "Largest batch the controller allows now, per model",
+            ["model"],
+            registry=r,
+        )
         self.utilization = Gauge(
             "inferlane_utilization_ratio",
             "Device utilization (0-1) at the model's last controller decision: NVML on "
@@ -44,17 +47,11 @@ class SchedulingMetrics:
             buckets=_FORMATION_BUCKETS,
             registry=r,
         )
-        self.depth = Gauge(
-            "inferlane_lane_depth", "Requests waiting per lane", ["lane"], registry=r
-        )
-        self._depths = {p: self.depth.labels(p.value) for p in Priority}  # label lookups once
 
-    def formed(self, batch: Batch, lanes: Lanes) -> None:
+    def formed(self, batch: Batch) -> None:
         oldest = min(p.received_s for p in batch.items)
         lane = batch.items[0].lane.value
         self.formation.labels(batch.model, lane).observe(max(0.0, batch.formed_s - oldest))
-        for each in lanes:
-            self._depths[each.priority].set(len(each))
 
     def count(self, counter: Counter, items: Iterable[Pending]) -> None:
         tally = Tally((p.model, p.lane.value) for p in items)

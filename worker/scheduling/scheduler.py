@@ -117,7 +117,7 @@ class Scheduler:
     def dispatched(self, batch: Batch) -> None:
         for lane in {p.lane for p in batch.items}:
             self._last_seen[lane] = batch.formed_s
-        self._metrics.formed(batch, self._lanes)
+        self._metrics.formed(batch)
 
     def finished(self, batch: Batch, run: BatchRun) -> None:
         ended = run.started_s + run.compute_s
