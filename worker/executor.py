@@ -170,7 +170,7 @@ def run_batch(resolve: Callable[[str], LoadedModel], batch: Batch) -> BatchRun:
     try:
         model = resolve(batch.model)
     except Exception as exc:  # a model that cannot load fails its requests, not the worker
-        error = _error(f"model {batch.model!r} could not be loaded", exc)
+        error = item_error(f"model {batch.model!r} could not be loaded", exc)
         return BatchRun([ItemResult(error=error) for _ in batch.items], None, started, 0.0)
     results = _run_isolating(model, batch.items)
     return BatchRun(results, model.version, started, time.monotonic() - started)
@@ -181,13 +181,14 @@ def _run_isolating(model: LoadedModel, items: Sequence[Pending]) -> list[ItemRes
         outputs = model.run([p.item for p in items])
     except Exception as exc:
         if len(items) == 1:
-            return [ItemResult(error=_error("model raised on this input", exc))]
+            return [ItemResult(error=item_error("model raised on this input", exc))]
         mid = len(items) // 2
         return _run_isolating(model, items[:mid]) + _run_isolating(model, items[mid:])
     return [ItemResult(outputs=o) for o in outputs]
 
 
-def _error(what: str, exc: Exception) -> ErrorInfo:
-    # Our own errors keep their code (e.g. non_finite_output); anything else is the model's.
+def item_error(what: str, exc: Exception) -> ErrorInfo:
+    """The error one request gets when ``exc`` is its own failure: our errors keep their
+    code (e.g. non_finite_output); anything else is the model's (model_error)."""
     code = exc.code if isinstance(exc, InferlaneError) else ModelFailed.code
     return ErrorInfo(code=code, message=f"{what}: {type(exc).__name__}: {exc}")

@@ -18,7 +18,8 @@ import orjson
 import pyarrow as pa
 import torch
 
-from consumers.errors import InferlaneError, ModelFailed, NonFiniteOutput
+from consumers.errors import ModelFailed, NonFiniteOutput
+from worker.executor import item_error
 from worker.models import ClassifierAdapter, LoadedModel, RegressorAdapter
 
 
@@ -70,10 +71,8 @@ def _isolating(
         done.append((idx, _forward(model, _pick(items, idx))))
     except Exception as exc:
         if len(idx) == 1:
-            # Our own errors keep their code (non_finite_output); anything else is the model's.
-            code = exc.code if isinstance(exc, InferlaneError) else ModelFailed.code
-            message = f"model raised on this input: {type(exc).__name__}: {exc}"
-            failures.append((int(idx[0]), code, message))
+            error = item_error("model raised on this input", exc)
+            failures.append((int(idx[0]), error.code, error.message))
             return
         mid = len(idx) // 2
         _isolating(model, items, idx[:mid], done, failures)
@@ -88,16 +87,11 @@ def _pick(items: np.ndarray | list[Any], idx: np.ndarray) -> np.ndarray | list[A
 
 
 def _forward(model: LoadedModel, items: np.ndarray | list[Any]) -> torch.Tensor:
+    # A numeric window is already one matrix: no per-row collate.
     if isinstance(items, np.ndarray):
-        batch: Any = torch.from_numpy(items).to(model.device)
+        output = model.forward_collated(torch.from_numpy(items))
     else:
-        batch = model.adapter.collate(items)
-        if isinstance(batch, dict):
-            batch = {k: v.to(model.device) for k, v in batch.items()}
-        else:
-            batch = batch.to(model.device)
-    with torch.inference_mode():
-        output = model.module(**batch) if isinstance(batch, dict) else model.module(batch)
+        output = model.forward(items)
     if not isinstance(output, torch.Tensor) or output.ndim == 0 or output.shape[0] != len(items):
         what = tuple(output.shape) if isinstance(output, torch.Tensor) else type(output).__name__
         raise ModelFailed(f"model returned {what} for {len(items)} inputs")

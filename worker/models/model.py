@@ -79,7 +79,12 @@ class LoadedModel:
 
     def forward(self, items: Sequence[Any]) -> Any:
         """The module's raw output for a batch of prepared items."""
-        batch = _to_device(self.adapter.collate(items), self.device)
+        return self.forward_collated(self.adapter.collate(items))
+
+    def forward_collated(self, batch: Any) -> Any:
+        """The module's raw output for a batch already collated (a tensor, or a dict of
+        them), held under the run lease so the store never frees it mid-pass."""
+        batch = _to_device(batch, self.device)
         with self.lease.held(), torch.inference_mode():
             return self.module(**batch) if isinstance(batch, dict) else self.module(batch)
 
