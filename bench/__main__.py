@@ -17,7 +17,7 @@ from rich.console import Console
 
 from bench import report
 from bench.plan import FULL, PLANS, Plan
-from bench.scenarios import ceiling, low_load, ops_overhead, priority, soak, step_load, throughput
+from bench.scenarios import ceiling, low_load, overhead, priority, soak, step_load, throughput
 from bench.scenarios.common import Context, Measured
 
 SCENARIOS = (
@@ -29,6 +29,7 @@ SCENARIOS = (
     "low_load",
     "soak",
     "ops",
+    "drift",
     "step_load",
 )  # step_load: opt-in (--only step_load), not in any default set
 console = Console()
@@ -128,8 +129,9 @@ def run(ctx: Context, only: set[str]) -> tuple[dict[str, dict[str, Any]], list[M
         steps.append(("low load", _adder(measured, low_load.run, ctx)))
     if "soak" in only:
         steps.append(("soak", _adder(measured, soak.run, ctx)))
-    if "ops" in only:
-        steps.append(("ops overhead", _adder(measured, ops_overhead.run, ctx)))
+    for feature in overhead.FEATURES:  # opt-in: --only ops,drift
+        if feature in only:
+            steps.append((f"{feature} overhead", _adder(measured, overhead.run, ctx, feature)))
     if "step_load" in only:
         steps.append(("step load", _adder(measured, step_load.run, ctx)))
     for i, (name, step) in enumerate(steps, 1):

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bench.scenarios import overhead
 from bench.scenarios.common import Measured
 
 # (ratio path, comparison, threshold), from the targets for this machine (CPU).
@@ -28,11 +29,14 @@ def _div(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def scenarios_json(
-    ceiling: dict[str, dict[str, Any]], measured: list[Measured]
-) -> dict[str, Any]:
-    out: dict[str, Any] = {"ceiling": ceiling, "throughput": {}, "priority": {},
-                           "low_load": {}, "soak": None}
+def scenarios_json(ceiling: dict[str, dict[str, Any]], measured: list[Measured]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "ceiling": ceiling,
+        "throughput": {},
+        "priority": {},
+        "low_load": {},
+        "soak": None,
+    }
     for m in measured:
         entry = dataclasses.asdict(m)
         if m.scenario == "throughput":
@@ -61,7 +65,12 @@ def ratios(scenarios: dict[str, Any]) -> dict[str, dict[str, float | None]]:
             "inferlane_over_naive": _div(mine, rps.get("naive")),
             "inferlane_over_threadpool": _div(mine, rps.get("threadpool")),
             "threadpool_over_naive": _div(rps.get("threadpool"), rps.get("naive")),
-            "ops_on_over_off": _div(rps.get("inferlane-ops-on"), rps.get("inferlane-ops-off")),
+            **{
+                f"{f}_on_over_off": _div(
+                    rps.get(f"inferlane-{f}-on"), rps.get(f"inferlane-{f}-off")
+                )
+                for f in overhead.FEATURES
+            },
         }
     prio = scenarios["priority"]
     lanes, fifo = prio.get("inferlane-lanes"), prio.get("inferlane-single-lane")
@@ -125,9 +134,11 @@ def markdown(doc: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|---:|---|",
     ]
     for model, c in sc["ceiling"].items():
-        lines.append(f"| {model} | ceiling (batch {c['best_batch']}) | "
-                     f"{_fmt(c['throughput_rps'])} | {_fmt(c['p50_ms'], 2)} | "
-                     f"{_fmt(c['p99_ms'], 2)} | {_fmt(c['peak_rss_mb'], 0)} | one forward pass |")
+        lines.append(
+            f"| {model} | ceiling (batch {c['best_batch']}) | "
+            f"{_fmt(c['throughput_rps'])} | {_fmt(c['p50_ms'], 2)} | "
+            f"{_fmt(c['p99_ms'], 2)} | {_fmt(c['peak_rss_mb'], 0)} | one forward pass |"
+        )
     rows = [m for group in sc["throughput"].values() for m in group.values()]
     rows += list(sc["priority"].values()) + list(sc["low_load"].values())
     rows += [sc["soak"]] if sc["soak"] else []
@@ -136,9 +147,11 @@ def markdown(doc: dict[str, Any]) -> str:
         name = m["scenario"] if m["scenario"] != "throughput" else m["system"]
         if m["scenario"] in ("priority",):
             name, basis = f"priority, {m['system']}", "end to end, high lane"
-        lines.append(f"| {m['model']} | {name} | {_fmt(m['throughput_rps'])} | "
-                     f"{_fmt(m['p50_ms'])} | {_fmt(m['p99_ms'])} | "
-                     f"{_fmt(m['peak_rss_mb'], 0)} | {basis} |")
+        lines.append(
+            f"| {m['model']} | {name} | {_fmt(m['throughput_rps'])} | "
+            f"{_fmt(m['p50_ms'])} | {_fmt(m['p99_ms'])} | "
+            f"{_fmt(m['peak_rss_mb'], 0)} | {basis} |"
+        )
     lines += ["", "| ratio | value |", "|---|---:|"]
     for group, values in doc["ratios"].items():
         for key, value in values.items():

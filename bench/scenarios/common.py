@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,7 +65,11 @@ def server_latencies(results: list[dict[str, Any]]) -> list[float]:
 
 
 async def read_while_alive(
-    reader: ResultsReader, service: Service, n: int, *, timeout_s: float,
+    reader: ResultsReader,
+    service: Service,
+    n: int,
+    *,
+    timeout_s: float,
     run_s: float | None = None,
 ) -> None:
     """``reader.until`` in short steps, failing fast if the service dies."""
@@ -73,8 +79,28 @@ async def read_while_alive(
         step = min(1.0, deadline - time.monotonic())
         if await reader.until(n, timeout_s=step, run_s=run_s):
             return
-        if run_s is not None and reader.arrivals and \
-                time.monotonic() - reader.arrivals[0].mono_s >= run_s:
+        if (
+            run_s is not None
+            and reader.arrivals
+            and time.monotonic() - reader.arrivals[0].mono_s >= run_s
+        ):
             return
     if not reader.arrivals:
         raise TimeoutError(f"no results within {timeout_s:.0f}s (see {service.log})")
+
+
+@contextlib.contextmanager
+def worker_env(**values: str | None) -> Iterator[None]:
+    """Environment for the worker subprocesses started inside (they read ``INFERLANE_*``
+    settings from it); a None value leaves that variable as it was."""
+    given = {k: v for k, v in values.items() if v is not None}
+    before = {k: os.environ.get(k) for k in given}
+    os.environ.update(given)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

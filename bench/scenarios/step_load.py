@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
 import statistics
 import time
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -27,8 +24,8 @@ from bench import workloads
 from bench.kafka_io import TOPICS, ResultsReader, create_topics, producer
 from bench.measure import Latency
 from bench.procs import Service, inferlane_command
-from bench.scenarios.common import SERVER, Context, Measured, read_while_alive
-from worker.broker import embedded_broker
+from bench.scenarios.common import SERVER, Context, Measured, read_while_alive, worker_env
+from worker.broker import embedded_broker, free_port
 
 POLICIES = ("adaptive", "naive", "fixed")
 PHASE_S = {"smoke": (1.0, 3.0, 1.0, 3.0), "quick": (4.0, 14.0, 4.0, 14.0),
@@ -40,27 +37,6 @@ SCRAPE_S = 0.5
 def _record(model: str, i: int, *, prefix: str) -> workloads.Record:
     body = workloads.request_dict(model, i, prefix=prefix)
     return body["request_id"].encode(), orjson.dumps(body)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def _policy_env(policy: str) -> Iterator[None]:
-    """The worker reads ``INFERLANE_SCHEDULING__POLICY`` (pydantic-settings)."""
-    key = "INFERLANE_SCHEDULING__POLICY"
-    before = os.environ.get(key)
-    os.environ[key] = policy
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = before
 
 
 def _scrape(port: int, model: str) -> tuple[float | None, float | None]:
@@ -147,11 +123,11 @@ def _settled(series: list[tuple[float, float | None, float | None]], bins: list[
 
 async def measure(ctx: Context, model: str, policy: str) -> Measured:
     phases = PHASE_S[ctx.plan.mode]
-    port = _free_port()
+    port = free_port()
     db = ctx.path(f"step_load-{model}-{policy}.db")
     db.unlink(missing_ok=True)
     extra = (*ctx.worker_args, "--metrics-port", str(port))
-    with embedded_broker() as broker, _policy_env(policy):
+    with embedded_broker() as broker, worker_env(INFERLANE_SCHEDULING__POLICY=policy):
         await create_topics(broker.bootstrap)
         reader = await ResultsReader(broker.bootstrap).start()
         try:

@@ -1,0 +1,82 @@
+"""What a worker feature costs: digits throughput with it off and on, side by side.
+
+- ``ops``: the HTTP surface. Off: ``--http-port 0``. On: served, and a scraper reads
+  /metrics and /status.json once a second each (Prometheus usually scrapes every
+  15 s), so the comparison includes rendering both.
+- ``drift``: drift windows and references (``INFERLANE_DRIFT__ENABLED``), with the HTTP
+  surface off on both sides.
+
+Runs alternate off, on, on, off so that a drift in machine load over the scenario
+weighs on both sides alike; each side's throughput is the mean of its two runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import urllib.request
+
+from bench.scenarios import throughput
+from bench.scenarios.common import Context, Measured, worker_env
+from worker.broker import free_port
+
+MODEL = "digits"
+SCRAPE_PATHS = ("/metrics", "/status.json")
+FEATURES = ("ops", "drift")
+
+
+def _get(url: str) -> None:
+    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=5) as resp:
+        resp.read()
+
+
+async def _scrape(port: int, stop: asyncio.Event) -> int:
+    scrapes = 0
+    while not stop.is_set():
+        for path in SCRAPE_PATHS:
+            await asyncio.to_thread(_get, f"http://127.0.0.1:{port}{path}")
+            scrapes += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 1.0)
+    return scrapes
+
+
+async def _one(ctx: Context, feature: str, on: bool) -> Measured:
+    scraped = feature == "ops" and on
+    port = free_port() if scraped else 0
+    run_ctx = dataclasses.replace(ctx, worker_args=(*ctx.worker_args, "--http-port", str(port)))
+    drift = "false" if feature == "drift" and not on else None
+    with worker_env(INFERLANE_DRIFT__ENABLED=drift):
+        if not scraped:
+            return await throughput.measure(run_ctx, MODEL, "inferlane")
+        stop = asyncio.Event()
+        scraper = asyncio.create_task(_scrape(port, stop))
+        try:
+            measured = await throughput.measure(run_ctx, MODEL, "inferlane")
+        finally:
+            stop.set()
+            scrapes = await scraper
+    measured.extra["scrapes"] = scrapes
+    return measured
+
+
+def _mean(runs: list[Measured], system: str) -> Measured:
+    first = runs[0]
+    return dataclasses.replace(
+        first,
+        system=system,
+        throughput_rps=sum(m.throughput_rps for m in runs) / len(runs),
+        extra={**first.extra, "runs_rps": [round(m.throughput_rps, 1) for m in runs]},
+    )
+
+
+def run(ctx: Context, feature: str) -> list[Measured]:
+    off: list[Measured] = []
+    on: list[Measured] = []
+    for is_on in (False, True, True, False):
+        (on if is_on else off).append(asyncio.run(_one(ctx, feature, is_on)))
+    result = [_mean(off, f"inferlane-{feature}-off"), _mean(on, f"inferlane-{feature}-on")]
+    ratio = result[1].throughput_rps / result[0].throughput_rps
+    ctx.say(f"  {feature} on over off: {ratio:.3f} (overhead {1 - ratio:+.1%})")
+    return result
