@@ -133,6 +133,7 @@ class Worker:
         )
         self._progress = asyncio.Event()  # something became durable or was handed back
         self._accepting = True
+        self._closed = False  # stages cancelled: nothing more may start
         self._tasks: list[asyncio.Task[None]] = []
         self._failed: asyncio.Future[None] | None = None  # a stage's bug, raised by wait()
         self._writing: asyncio.Future[None] | None = None  # the SQL write under way
@@ -231,6 +232,7 @@ class Worker:
         self._accepting = False
         if drain:
             await _bounded(deadline, "drain", self._until_settled())
+        self._closed = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -338,6 +340,8 @@ class Worker:
         self._submit(batch)
 
     def _submit(self, batch: Batch) -> None:
+        if self._closed:  # its model loaded after stop(): uncommitted, so replayed later
+            return
         self._running_batches += 1
         self.metrics.batch(batch)
         self._scheduler.dispatched(batch)
@@ -358,7 +362,14 @@ class Worker:
             return
         if self._drift is not None:
             self._drift.observe(batch, outcomes)
+        self._sample_input(batch, outcomes)
         self._finish(outcomes)
+
+    def _sample_input(self, batch: Batch, outcomes: list[Outcome]) -> None:
+        """One served input per batch: a later load checks an optimization on it too."""
+        served = next((i for i, o in enumerate(outcomes) if o.result and not o.result.error), None)
+        if served is not None:
+            self._registry.record_input(batch.model, batch.items[served].request.inputs)
 
     def _batch_limit(self, model: str, lane: Priority) -> int:
         return self._scheduler.limit(model, lane)  # within max_batch and the model's

@@ -10,7 +10,7 @@ import torch
 from prometheus_client import CollectorRegistry
 
 from worker.config import ModelStoreConfig
-from worker.models import ModelRegistry
+from worker.models import ModelRegistry, digits_test_set
 from worker.models import optimize as optimize_module
 
 
@@ -77,5 +77,40 @@ def test_an_optimizer_that_raises_leaves_eager_serving(
             )
             == 1
         )
+    finally:
+        registry.close()
+
+
+class RightOnlyAtZero(torch.nn.Module):
+    """Matches eager on the adapter's all-zero example, and on nothing real."""
+
+    def __init__(self, eager: Any) -> None:
+        super().__init__()
+        self.eager = eager
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.eager(x) + 0.01 * x.abs().sum(dim=1, keepdim=True)
+
+
+def test_recorded_real_inputs_refuse_what_the_example_alone_would_pass(
+    tmp_path: Path, demo_registry_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(optimize_module.OPTIMIZERS, "compile", RightOnlyAtZero)
+    registry = optimized_registry(tmp_path, demo_registry_path)
+    try:
+        first = registry.ensure("digits").result()
+        assert isinstance(first.module, RightOnlyAtZero)  # the zero example cannot tell
+        x, _ = digits_test_set()
+        registry.record_input("digits", x[0].tolist())  # as the worker does per batch
+        path = tmp_path / "registry.toml"
+        path.write_text(path.read_text().replace('version = "1"', 'version = "2"'))
+        assert registry.reload().replaced == ["digits"]
+
+        second = registry.ensure("digits").result()
+        assert second.version == "2" and not isinstance(second.module, RightOnlyAtZero)
+        refused = registry._metrics.registry.get_sample_value(
+            "inferlane_model_optimization_refused_total", {"model": "digits", "reason": "mismatch"}
+        )
+        assert refused == 1
     finally:
         registry.close()

@@ -18,12 +18,14 @@ from pathlib import Path
 
 import torch
 from prometheus_client import CollectorRegistry
+from pydantic import JsonValue
 
 from consumers.errors import ModelUnavailable, UnknownModel
 from worker.config import ModelStoreConfig
 from worker.models.adapters import Adapter
 from worker.models.loaders import load_model
 from worker.models.model import LoadedModel
+from worker.models.samples import InputSamples
 from worker.models.specs import ModelSpec, RegistryFile
 from worker.models.store import Failure, Loader, Placement, TieredStore
 from worker.models.store_metrics import StoreMetrics
@@ -64,12 +66,14 @@ class ModelRegistry:
         self._config = config or ModelStoreConfig()
         self._collector: CollectorRegistry | None = None
         self._metrics = StoreMetrics()
+        self._samples = InputSamples()
         self._store = TieredStore(
             self._loadable,
             device=device or torch.device("cpu"),
             loader=loader,
             config=self._config,
             metrics=self._metrics,
+            samples=self._samples,
         )
         self._watcher: FileWatcher | None = None
 
@@ -152,6 +156,10 @@ class ModelRegistry:
         model = self.get(name)
         item = model.adapter.prepare(model.adapter.example())
         model.run([item] * min(batch_size, model.max_batch))
+
+    def record_input(self, name: str, inputs: JsonValue) -> None:
+        """A served request's inputs: a later load checks an optimization on them too."""
+        self._samples.record(name, inputs)
 
     def on_device(self, name: str) -> bool:
         """Whether ``name`` is loaded and warm on the device tier (a batch runs at once)."""

@@ -36,6 +36,7 @@ from worker.models.measure import (
 )
 from worker.models.model import LoadedModel
 from worker.models.optimize import guarded
+from worker.models.samples import InputSamples
 from worker.models.specs import ModelSpec
 from worker.models.store_metrics import StoreMetrics
 from worker.models.tiers import (
@@ -84,8 +85,10 @@ class TieredStore:
         loader: Loader,
         config: ModelStoreConfig,
         metrics: StoreMetrics,
+        samples: InputSamples | None = None,
     ) -> None:
         self._spec_of = spec_of  # raises UnknownModel, or ModelUnavailable (adapter)
+        self._samples = samples or InputSamples()  # real inputs for guarded optimization
         self._device_type = device
         self._loader = loader
         self.configure(config, metrics)
@@ -229,7 +232,7 @@ class TieredStore:
         cached = code_cache_keys()
         model = self._loader(spec, self._device_type, adapter)
         if spec.optimize is not None:
-            model = guarded(model, spec, self._metrics)
+            model = guarded(model, spec, self._metrics, self._samples.of(name))
         weights = tensor_bytes(model.module)
         workspace = workspace_bytes(model.device, lambda: _warm(model))
         charge = Resident(name, weights + workspace, weights)

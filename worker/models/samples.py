@@ -1,0 +1,27 @@
+"""Recent real inputs per model: what a guarded optimization is checked on, besides the
+adapter's example (an optimization can agree on a zero example and not on real data)."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from pydantic import JsonValue
+
+KEEP = 8
+
+
+class InputSamples:
+    """The last ``KEEP`` inputs of requests each model served. Appends are atomic, so
+    the event loop records while the loader thread reads."""
+
+    def __init__(self) -> None:
+        self._by_model: dict[str, deque[JsonValue]] = {}
+
+    def record(self, model: str, inputs: JsonValue) -> None:
+        queue = self._by_model.get(model)
+        if queue is None:
+            queue = self._by_model[model] = deque(maxlen=KEEP)
+        queue.append(inputs)
+
+    def of(self, model: str) -> list[JsonValue]:
+        return list(self._by_model.get(model, ()))
