@@ -167,7 +167,9 @@ def test_eviction_gives_the_memory_back(big_model: Path) -> None:
         registry.ensure("big").result()
         loaded = rss_bytes()
         assert registry.placements()["big"].device_bytes > 64 << 20
-        assert loaded - before > 60 << 20
+        # RSS grows by less than the 64 MiB when the allocator reuses freed heap: ask only
+        # that the load grew it enough for the check below to mean something.
+        assert loaded - before > 32 << 20
         registry.ensure("small").result()  # pushes big out: host holds nothing
         assert "big" not in registry.placements()
         freed = loaded - rss_bytes()
