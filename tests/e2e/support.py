@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
+from safetensors.torch import save_file
 from sqlalchemy import Engine
 
 from consumers.client import READER_CONFIG, read_to_end
 from storage import count_results
 from worker.config import KafkaConfig, WorkerSettings
+from worker.models import ModelRegistry, ModelSpec, RegistryFile
 
 
 def settings_for(
@@ -61,3 +65,27 @@ def read_topic(
         return records
     finally:
         consumer.close()
+
+
+def with_test_model(
+    demo_registry_path: Path, folder: Path, factory: str, **spec: Any
+) -> ModelRegistry:
+    """The demo models plus a 4-feature regressor built by ``factory`` ("module:build"),
+    its weights saved as safetensors in ``folder``; ``spec`` adds or overrides fields."""
+    name = spec.pop("name", factory.rpartition(".")[2].split(":")[0])
+    module_name, _, attr = factory.partition(":")
+    build = getattr(importlib.import_module(module_name), attr)
+    weights = folder / f"{name}.safetensors"
+    save_file(build().state_dict(), str(weights))
+    extra = ModelSpec.model_validate(
+        {
+            "name": name,
+            "version": "1",
+            "format": "factory",
+            "path": weights,
+            "factory": factory,
+            "adapter": {"kind": "regressor", "features": 4},
+            **spec,
+        }
+    )
+    return ModelRegistry([*RegistryFile.from_toml(demo_registry_path).models, extra])

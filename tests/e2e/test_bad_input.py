@@ -7,19 +7,18 @@ import asyncio
 from pathlib import Path
 
 import orjson
-from safetensors.torch import save_file
 
 from consumers.client import InferlaneClient
 from consumers.contract import DeadLetterHeaders, Status
 from storage import make_engine, result_counts
 from worker.broker import EmbeddedBroker
 from worker.config import KafkaConfig
-from worker.models import ModelRegistry, ModelSpec, RegistryFile
+from worker.models import ModelRegistry
 from worker.service import Worker
 from worker.workload import digits_requests
 
-from .poison import POISON, build
-from .support import read_topic, settings_for, wait_for_rows
+from .poison import POISON
+from .support import read_topic, settings_for, wait_for_rows, with_test_model
 
 LIMIT = 64 * 1024  # max_message_bytes for these tests
 DIGIT = [0.0] * 64
@@ -159,19 +158,7 @@ async def test_a_record_too_large_to_carry_back_keeps_its_reason_not_its_bytes(
 async def test_a_model_that_raises_fails_only_the_poison_requests(
     broker: EmbeddedBroker, tmp_path: Path, demo_registry_path: Path
 ) -> None:
-    weights = tmp_path / "poison.safetensors"
-    save_file(build().state_dict(), str(weights))
-    poison = ModelSpec.model_validate(
-        {
-            "name": "poison",
-            "version": "1",
-            "format": "factory",
-            "path": weights,
-            "factory": "e2e.poison:build",
-            "adapter": {"kind": "regressor", "features": 4},
-        }
-    )
-    registry = ModelRegistry([*RegistryFile.from_toml(demo_registry_path).models, poison])
+    registry = with_test_model(demo_registry_path, tmp_path, "e2e.poison:build")
     requests = [
         {
             "request_id": f"p-{i}",

@@ -16,7 +16,6 @@ from typing import Any
 
 import orjson
 import pytest
-from safetensors.torch import save_file
 from sqlalchemy import text
 
 from consumers.client import InferlaneClient
@@ -24,12 +23,12 @@ from consumers.contract import DeadLetterHeaders, Status
 from storage import make_engine
 from worker.broker import EmbeddedBroker
 from worker.config import KafkaConfig, LaneConfig
-from worker.models import ModelRegistry, ModelSpec, RegistryFile
+from worker.models import ModelRegistry
 from worker.service import Worker
 from worker.workload import digits_requests
 
-from .slow import STALL, STALL_S, build
-from .support import read_topic, settings_for, wait_for_rows
+from .slow import STALL, STALL_S
+from .support import read_topic, settings_for, wait_for_rows, with_test_model
 
 LIMIT = 64 * 1024
 BIG = 3e38  # within float32, but the models overflow on it
@@ -215,19 +214,7 @@ async def test_sql_is_where_a_restart_resumes_even_when_kafka_committed_further(
 async def test_a_stalled_batch_holds_a_rebalance_no_longer_than_its_bound(
     broker: EmbeddedBroker, tmp_path: Path, demo_registry_path: Path
 ) -> None:
-    weights = tmp_path / "slow.safetensors"
-    save_file(build().state_dict(), str(weights))
-    slow = ModelSpec.model_validate(
-        {
-            "name": "slow",
-            "version": "1",
-            "format": "factory",
-            "path": weights,
-            "factory": "e2e.slow:build",
-            "adapter": {"kind": "regressor", "features": 4},
-        }
-    )
-    registry = ModelRegistry([*RegistryFile.from_toml(demo_registry_path).models, slow])
+    registry = with_test_model(demo_registry_path, tmp_path, "e2e.slow:build")
     url = f"sqlite:///{tmp_path / 'r.db'}"
     first = settings_for(broker.bootstrap, url, lanes=LaneConfig(rebalance_drain_s=2.0))
     second = first.model_copy(update={"kafka": KafkaConfig(group_id=first.kafka.group_id)})

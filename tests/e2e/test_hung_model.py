@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from safetensors.torch import save_file
 
 from bench.chaos import hang_model as hang
 from consumers.client import InferlaneClient
@@ -16,30 +15,24 @@ from consumers.contract import DeadLetterHeaders, Status
 from worker.broker import EmbeddedBroker
 from worker.compute_threads import ComputeUnhealthy
 from worker.config import ComputeConfig
-from worker.models import ModelRegistry, ModelSpec, RegistryFile
+from worker.models import ModelRegistry
 from worker.service import Worker
 from worker.workload import digits_requests
 
-from .support import read_topic, settings_for
+from .support import read_topic, settings_for, with_test_model
 
 
 @pytest.fixture
 def hang_registry(tmp_path: Path, demo_registry_path: Path) -> Iterator[ModelRegistry]:
-    weights = tmp_path / "hang.safetensors"
-    save_file(hang.build().state_dict(), str(weights))
-    spec = ModelSpec.model_validate(
-        {
-            "name": "hang",
-            "version": "1",
-            "format": "factory",
-            "path": weights,
-            "factory": "bench.chaos.hang_model:build",
-            "adapter": {"kind": "regressor", "features": 4},
-            "compute_timeout_s": 3.0,
-        }
+    registry = with_test_model(
+        demo_registry_path,
+        tmp_path,
+        "bench.chaos.hang_model:build",
+        name="hang",
+        compute_timeout_s=3.0,
     )
     hang.RELEASE.clear()
-    yield ModelRegistry([*RegistryFile.from_toml(demo_registry_path).models, spec])
+    yield registry
     hang.RELEASE.set()  # the abandoned thread ends with the test
 
 
