@@ -1,0 +1,71 @@
+"""What a rollout is asked to do: its mode, steps, interval and gate thresholds.
+
+Shared by the registry (a candidate's ``[candidates.rollout]`` table), the CLI and the
+worker's rollout runtime.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class Mode(StrEnum):
+    SHADOW = "shadow"  # the candidate computes on a sample; nothing of it is published
+    CANARY = "canary"  # a share of requests (stable hash of the id) is answered by it
+
+
+class State(StrEnum):
+    RUNNING = "running"
+    PROMOTED = "promoted"  # the candidate answers every request
+    ROLLED_BACK = "rolled_back"  # a gate failed: share 0
+    ABORTED = "aborted"  # stopped by a person: share 0
+
+
+class Gates(BaseModel):
+    """Thresholds a candidate must meet in each analysis interval.
+
+    A gate needs ``min_requests`` candidate results (``min_labelled`` labels for the
+    labelled-error gate) in the interval to pass or fail; with fewer it waits.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Candidate error share minus the primary's (error results / results).
+    max_error_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.01
+    # Candidate p99 latency may reach primary p99 x ratio + slack.
+    max_p99_ratio: Annotated[float, Field(ge=1)] = 1.5
+    p99_slack_ms: Annotated[float, Field(ge=0)] = 20.0
+    # Mean disagreement with the primary on the same inputs: label disagreement share
+    # (classifiers), absolute difference (regressors), cosine distance (embeddings).
+    max_disagreement: Annotated[float, Field(ge=0)] = 0.05
+    # Misclassified share (or mean |output - expected|) minus the primary's.
+    max_label_error_increase: Annotated[float, Field(ge=0)] = 0.02
+    min_requests: Annotated[int, Field(ge=1)] = 50
+    min_labelled: Annotated[int, Field(ge=1)] = 30
+
+
+class RolloutPlan(BaseModel):
+    """How a candidate version goes live."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mode: Mode = Mode.CANARY
+    # Canary shares in percent, ascending, ending at 100 (shadow ignores them).
+    steps: list[Annotated[float, Field(gt=0, le=100)]] = [1, 5, 25, 50, 100]
+    interval_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    passes: Annotated[int, Field(ge=1)] = 2  # passing intervals before the next step
+    # Share of the model's requests computed by both versions and compared: in shadow
+    # mode the candidate's sample, in canary mode a sample of the canary's requests
+    # also run on the primary.
+    sample: Annotated[float, Field(gt=0, le=1)] = 0.1
+    gates: Gates = Gates()
+
+    @field_validator("steps")
+    @classmethod
+    def _ascending_to_100(cls, steps: list[float]) -> list[float]:
+        if not steps or steps != sorted(set(steps)) or steps[-1] != 100:
+            raise ValueError("steps must be distinct, ascending percentages ending at 100")
+        return steps
