@@ -1,7 +1,8 @@
 """Admission: raw records become lane-ready requests, or outcomes that end them at once.
 
-Runs off the event loop, one fetched chunk per call: decode, find the model's
-adapter, prepare inputs, fix the deadline. Every record yields exactly one of the two.
+Runs off the event loop, one fetched chunk per call: decode, choose the version that
+answers (a rollout may route the request to a candidate), find its adapter, prepare
+inputs, fix the deadline. Every record yields exactly one of the two.
 
 A relative timeout (the request's ``timeout_ms``, else its lane's default) counts from
 the record's Kafka timestamp, when it was produced, so a replay after a restart gives
@@ -39,8 +40,10 @@ class Admission:
         max_bytes: int,
         reply_to_allowed: Callable[[str], bool],
         lane_timeouts_ms: Mapping[Priority, int | None] | None = None,
+        route: Callable[[str, str], str] = lambda model, _: model,
     ) -> None:
         self._adapter_for = adapter_for  # raises UnknownModel
+        self._route = route  # (model, request id) -> registry key of the answering version
         self._lane_of_topic = lane_of_topic
         self._max_bytes = max_bytes
         self._reply_to_allowed = reply_to_allowed
@@ -74,7 +77,8 @@ class Admission:
             raise ReplyToNotAllowed(
                 f"reply_to {request.reply_to!r} is not an allowed results topic"
             )
-        adapter = self._adapter_for(request.model)
+        key = self._route(request.model, request.request_id)
+        adapter = self._adapter_for(key)
         item = adapter.prepare(request.inputs)
         return Pending(
             request=request,
@@ -83,6 +87,7 @@ class Admission:
             lane=lane,
             record=record,
             deadline_s=self._deadline_s(request, record, lane, wall_minus_mono_ms),
+            serving=None if key == request.model else key,
         )
 
     def _deadline_s(

@@ -199,6 +199,14 @@ class DriftConfig(_Frozen):
     label_wait_s: float = Field(default=600.0, gt=0)  # unknown ids then go to dead letters
 
 
+class RolloutConfig(_Frozen):
+    """How the worker follows the rollouts in SQL (docs/ROLLOUTS.md)."""
+
+    # Read the rollouts, write this worker's interval counts, judge due intervals.
+    poll_s: float = Field(default=1.0, gt=0)
+    compare_queue: int = Field(default=64, ge=1)  # batches waiting for the other version
+
+
 class WorkerSettings(BaseSettings):
     """Everything the worker needs; env ``INFERLANE_*`` (nested with ``__``) and CLI flags."""
 
@@ -220,6 +228,7 @@ class WorkerSettings(BaseSettings):
     scheduling: SchedulingConfig = SchedulingConfig()
     compute: ComputeConfig = ComputeConfig()
     drift: DriftConfig = DriftConfig()
+    rollout: RolloutConfig = RolloutConfig()
 
     @model_validator(mode="after")
     def _distinct_topics(self) -> WorkerSettings:

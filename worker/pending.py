@@ -24,10 +24,14 @@ class Pending:
     lane: Priority
     record: RawRecord
     deadline_s: float | None  # monotonic; None: no deadline
+    # The registry key of the version that answers: a rollout's candidate
+    # (``name@version``), or None for the model's primary version.
+    serving: str | None = None
 
     @property
     def model(self) -> str:
-        return self.request.model
+        """What the batcher groups by and the store loads: one version of one model."""
+        return self.serving or self.request.model
 
     @property
     def received_s(self) -> float:
@@ -36,9 +40,9 @@ class Pending:
 
 @dataclass(slots=True)
 class Batch:
-    """One model, one forward pass."""
+    """One model version, one forward pass."""
 
-    model: str
+    model: str  # the registry key (a candidate's is ``name@version``)
     items: list[Pending]
     formed_s: float
     id: str = field(default_factory=lambda: f"b{next(_batch_ids)}")

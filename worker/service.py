@@ -40,6 +40,8 @@ from worker.models import ModelRegistry
 from worker.ops.http import OpsServer
 from worker.outcomes import completed, expired
 from worker.pending import Batch, Outcome
+from worker.rollout.routing import Router
+from worker.rollout.runtime import Rollouts
 from worker.scheduling.scheduler import Scheduler
 from worker.sink import Sink
 
@@ -91,12 +93,14 @@ class Worker:
         )
         topics, kafka = settings.topics, settings.kafka
         self._lane_of_topic = topics.lane_topics()
+        self._router = Router()  # rollouts send a share of a model's requests to a candidate
         self._admission = Admission(
             adapter_for=registry.adapter,
             lane_of_topic=self._lane_of_topic,
             max_bytes=kafka.max_message_bytes,
             reply_to_allowed=topics.reply_to_allowed,
             lane_timeouts_ms=settings.scheduling.lane_timeouts_ms(),
+            route=self._router.route,
         )
         self._ingress = Ingress(
             bootstrap=settings.bootstrap,
@@ -140,6 +144,7 @@ class Worker:
         self._models_warm = False
         self._ops = OpsServer(self, self.metrics, settings.ops)
         self._drift: Drift | None = None
+        self._rollouts: Rollouts | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -150,6 +155,9 @@ class Worker:
         self._store = await asyncio.to_thread(ResultStore, s.database_url)
         self._registry.watch()
         self._drift = await Drift.start(s, self._store.engine, self._registry, self.metrics)
+        self._rollouts = await Rollouts.start(
+            self._store.engine, self._registry, self.metrics, s.rollout, self._router
+        )
         # Load every model before joining the group, so the first requests pay no load time.
         await asyncio.to_thread(self._warm_up)
         self._models_warm = True
@@ -247,6 +255,8 @@ class Worker:
         self._scheduler.close()
         if self._drift is not None:
             await _bounded(deadline, "the drift windows", self._drift.stop())
+        if self._rollouts is not None:
+            await _bounded(deadline, "the rollouts", self._rollouts.stop())
         if self._store is not None:
             await _bounded(deadline, "the database", asyncio.to_thread(self._store.close))
         await self._ops.stop()
@@ -362,6 +372,8 @@ class Worker:
             return
         if self._drift is not None:
             self._drift.observe(batch, outcomes)
+        if self._rollouts is not None:
+            self._rollouts.observe(batch, outcomes)
         self._sample_input(batch, outcomes)
         self._finish(outcomes)
 

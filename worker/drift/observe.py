@@ -42,7 +42,7 @@ def observe(batch: Batch, outcomes: Sequence[Outcome], adapter: Adapter) -> Obse
     numeric_inputs = isinstance(adapter, ClassifierAdapter | RegressorAdapter)
     inputs = np.stack([p.item for p, _ in ok]).mean(axis=1) if numeric_inputs else np.empty(0)
     return Observation(
-        model=batch.model,
+        model=first.model,
         model_version=first.model_version or "",
         rows=len(ok),
         output_kind=kind,

@@ -54,6 +54,11 @@ class Adapter(ABC):
     def example(self) -> JsonValue:
         """A valid ``inputs`` value, for warm-up batches."""
 
+    def as_expected(self, output: JsonValue) -> JsonValue:
+        """An output in the form of an ``expected`` value, so that two versions' outputs
+        compare the way a prediction compares with its label (``drift``)."""
+        return output
+
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -177,10 +182,17 @@ class ClassifierAdapter(_NumericAdapter):
             raise BadInput(
                 f"expected must be a class label 0..{self.num_classes - 1}, got {expected!r:.40}"
             )
-        label = output.get("label") if isinstance(output, dict) else None
-        if not isinstance(label, int):
-            raise ValueError(f"not a classifier output: {output!r:.80}")
-        return float(label), float(expected)
+        return float(_label(output)), float(expected)
+
+    def as_expected(self, output: JsonValue) -> JsonValue:
+        return _label(output)
+
+
+def _label(output: JsonValue) -> int:
+    label = output.get("label") if isinstance(output, dict) else None
+    if not isinstance(label, int):
+        raise ValueError(f"not a classifier output: {output!r:.80}")
+    return label
 
 
 class RegressorAdapter(_NumericAdapter):

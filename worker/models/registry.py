@@ -1,5 +1,9 @@
 """The model registry: names to specs and adapters, and the tiered store of loaded models.
 
+Candidate versions (``[[candidates]]``) live beside the models under the key
+``name@version``: a rollout routes requests to that key, and the store loads, places
+and evicts a candidate like any model.
+
 The registry file may change while the worker runs: ``reload`` (called by the file
 watcher) adds, removes and replaces models without a restart. A removed model keeps
 answering ``spec`` and ``adapter`` for the requests already queued, whose batches then
@@ -26,7 +30,7 @@ from worker.models.adapters import Adapter
 from worker.models.loaders import load_model
 from worker.models.model import LoadedModel
 from worker.models.samples import InputSamples
-from worker.models.specs import ModelSpec, RegistryFile
+from worker.models.specs import CandidateSpec, ModelSpec, RegistryFile, candidate_key
 from worker.models.store import Failure, Loader, Placement, TieredStore
 from worker.models.store_metrics import StoreMetrics
 from worker.models.watch import FileWatcher
@@ -56,9 +60,10 @@ class ModelRegistry:
         loader: Loader = load_model,
         config: ModelStoreConfig | None = None,
         path: Path | None = None,
+        candidates: list[CandidateSpec] | None = None,
     ) -> None:
         self.path = path
-        self._specs = {spec.name: spec for spec in specs}
+        self._specs = _keyed(specs, candidates or [])
         self._retired: dict[str, ModelSpec] = {}
         self._adapters: dict[str, Adapter] = {}
         self._adapter_failures: dict[str, Failure] = {}
@@ -86,8 +91,15 @@ class ModelRegistry:
         loader: Loader = load_model,
         config: ModelStoreConfig | None = None,
     ) -> ModelRegistry:
-        models = RegistryFile.from_toml(path).models
-        return cls(models, device=device, loader=loader, config=config, path=path)
+        file = RegistryFile.from_toml(path)
+        return cls(
+            file.models,
+            device=device,
+            loader=loader,
+            config=config,
+            path=path,
+            candidates=file.candidates,
+        )
 
     def configure(self, config: ModelStoreConfig, collector: CollectorRegistry) -> None:
         """Budgets and metrics of the worker that serves from this registry."""
@@ -99,7 +111,12 @@ class ModelRegistry:
     # -- lookups -----------------------------------------------------------------------
 
     def names(self) -> list[str]:
-        return sorted(self._specs)
+        """The models requests may name (candidates are reached through rollouts)."""
+        return sorted(n for n, s in self._specs.items() if not isinstance(s, CandidateSpec))
+
+    def candidates(self) -> dict[str, CandidateSpec]:
+        """The candidate versions, by their key (``name@version``)."""
+        return {k: s for k, s in self._specs.items() if isinstance(s, CandidateSpec)}
 
     def spec(self, name: str) -> ModelSpec:
         spec = self._specs.get(name) or self._retired.get(name)
@@ -186,7 +203,8 @@ class ModelRegistry:
         """Apply the registry file as it is now; raises (keeping the old one) if invalid."""
         if self.path is None:
             raise ValueError("this registry was not read from a file")
-        new = {spec.name: spec for spec in RegistryFile.from_toml(self.path).models}
+        file = RegistryFile.from_toml(self.path)
+        new = _keyed(file.models, file.candidates)
         with self._lock:
             old = self._specs
             changes = Changes(
@@ -228,3 +246,9 @@ class ModelRegistry:
             self._watcher.stop()
             self._watcher = None
         self._store.close()
+
+
+def _keyed(models: list[ModelSpec], candidates: list[CandidateSpec]) -> dict[str, ModelSpec]:
+    specs = {spec.name: spec for spec in models}
+    specs.update({candidate_key(c.name, c.version): c for c in candidates})
+    return specs

@@ -29,6 +29,7 @@ from worker.models.adapters import (
     RegressorAdapter,
     TextEmbeddingAdapter,
 )
+from worker.rollout.plan import RolloutPlan
 from worker.scheduling.params import ControllerParams
 
 
@@ -82,7 +83,7 @@ AdapterConfig = Annotated[
 class ModelSpec(_Config):
     """One ``[[models]]`` entry: where the weights are, how to load them, how to batch."""
 
-    name: Annotated[str, Field(min_length=1, max_length=256)]
+    name: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^@]+$")]
     version: Annotated[str, Field(min_length=1)]
     format: Literal["export", "torchscript", "factory", "hf"]
     path: RegistryPath
@@ -107,8 +108,20 @@ class ModelSpec(_Config):
         return self
 
 
+def candidate_key(name: str, version: str) -> str:
+    """The store's key for a candidate version (model names never contain ``@``)."""
+    return f"{name}@{version}"
+
+
+class CandidateSpec(ModelSpec):
+    """A ``[[candidates]]`` entry: another version of a model, served only by a rollout."""
+
+    rollout: RolloutPlan | None = None
+
+
 class RegistryFile(_Config):
     models: list[ModelSpec]
+    candidates: list[CandidateSpec] = []
 
     @field_validator("models")
     @classmethod

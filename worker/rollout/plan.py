@@ -27,8 +27,10 @@ class State(StrEnum):
 class Gates(BaseModel):
     """Thresholds a candidate must meet in each analysis interval.
 
-    A gate needs ``min_requests`` candidate results (``min_labelled`` labels for the
-    labelled-error gate) in the interval to pass or fail; with fewer it waits.
+    A gate judges only with enough data in the interval, from both versions:
+    ``min_requests`` results (error rate, p99), ``min_compared`` inputs run on both
+    (disagreement), ``min_labelled`` labels (labelled error); with less it waits. The
+    labelled-error gate is optional: an interval without labels can still pass.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -41,9 +43,11 @@ class Gates(BaseModel):
     # Mean disagreement with the primary on the same inputs: label disagreement share
     # (classifiers), absolute difference (regressors), cosine distance (embeddings).
     max_disagreement: Annotated[float, Field(ge=0)] = 0.05
-    # Misclassified share (or mean |output - expected|) minus the primary's.
+    # Classifiers: misclassified share minus the primary's. Others: mean
+    # |output - expected| relative to the primary's (0.02 = 2% worse).
     max_label_error_increase: Annotated[float, Field(ge=0)] = 0.02
     min_requests: Annotated[int, Field(ge=1)] = 50
+    min_compared: Annotated[int, Field(ge=1)] = 30
     min_labelled: Annotated[int, Field(ge=1)] = 30
 
 

@@ -1,0 +1,62 @@
+"""Rollout metrics, on the worker's Prometheus registry (the status page reads them)."""
+
+from __future__ import annotations
+
+import math
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from storage.rollouts import RolloutRecord
+from worker.rollout.gates import GateValue
+from worker.rollout.plan import State
+
+
+class RolloutMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.share = Gauge(
+            "inferlane_rollout_share",
+            "Fraction of the model's requests the candidate answers (0 in shadow mode)",
+            ["model", "candidate", "mode"],
+            registry=registry,
+        )
+        self.state = Gauge(
+            "inferlane_rollout_state",
+            "1 for the rollout's current state (running, promoted, rolled_back, aborted)",
+            ["model", "candidate", "state"],
+            registry=registry,
+        )
+        self.gate = Gauge(
+            "inferlane_rollout_gate_value",
+            "The gate's value in the interval this worker judged last (NaN: waiting)",
+            ["model", "candidate", "gate"],
+            registry=registry,
+        )
+        self.threshold = Gauge(
+            "inferlane_rollout_gate_threshold",
+            "The gate's threshold in that interval",
+            ["model", "candidate", "gate"],
+            registry=registry,
+        )
+        self.decisions = Counter(
+            "inferlane_rollout_decisions",
+            "Rollout decisions this worker took (pass, wait, advance, promote, rollback)",
+            ["model", "decision"],
+            registry=registry,
+        )
+        self.dropped = Counter(
+            "inferlane_rollout_dropped_batches",
+            "Finished batches left out of the rollout statistics (comparison queue full)",
+            ["model"],
+            registry=registry,
+        )
+
+    def show(self, r: RolloutRecord) -> None:
+        self.share.labels(r.model, r.candidate_version, r.mode).set(r.share)
+        for state in State:
+            self.state.labels(r.model, r.candidate_version, state.value).set(r.state == state)
+
+    def gates(self, r: RolloutRecord, values: list[GateValue]) -> None:
+        for v in values:
+            self.gate.labels(r.model, r.candidate_version, v.name).set(v.value)
+            threshold = v.threshold if math.isfinite(v.threshold) else math.nan
+            self.threshold.labels(r.model, r.candidate_version, v.name).set(threshold)

@@ -1,0 +1,259 @@
+"""The worker's rollout stage: routes requests, counts what each version did, and
+follows (and takes its turn deciding) the rollouts stored in SQL.
+
+Every ``poll_s`` a task, in a thread: writes this worker's counts for the current
+intervals, reads the newest rollout of each model, judges the running ones on the
+counts of every worker, stores a decision if one is due (whichever worker's update
+lands first decides; the others see it on their next read), then routes by what it
+read. A restarted worker reads the same rows, so it resumes the rollout where the
+group is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine
+
+from storage.rollouts import RolloutConflict, RolloutRecord, RolloutStats, RolloutStore
+from worker.config import RolloutConfig
+from worker.metrics import WorkerMetrics
+from worker.models import ClassifierAdapter, ModelRegistry
+from worker.models.specs import candidate_key
+from worker.pending import Batch, Outcome
+from worker.rollout.begin import begin
+from worker.rollout.compare import Active, Comparer, Role
+from worker.rollout.decide import judge
+from worker.rollout.gates import GateValue, evaluate
+from worker.rollout.metrics import RolloutMetrics
+from worker.rollout.plan import Gates, Mode, State
+from worker.rollout.routing import Route, Router
+from worker.rollout.stats import VersionStats
+
+log = logging.getLogger(__name__)
+
+_STATS_FIELDS = (
+    "requests", "errors", "latency_bins", "compared", "disagreement_sum", "labelled",
+    "wrong", "abs_error_sum",
+)  # fmt: skip
+
+
+class Rollouts:
+    def __init__(
+        self,
+        store: RolloutStore,
+        registry: ModelRegistry,
+        metrics: RolloutMetrics,
+        config: RolloutConfig,
+        router: Router,
+        *,
+        worker_id: str | None = None,
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._metrics = metrics
+        self._config = config
+        self._router = router
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._comparer = Comparer(
+            lambda key, items: registry.get(key).run(items),
+            registry.adapter,
+            max_queued=config.compare_queue,
+            on_drop=lambda model: metrics.dropped.labels(model).inc(),
+        )
+        self._active: dict[str, Active] = {}  # model -> its running rollout
+        self._records: dict[int, RolloutRecord] = {}  # as last read
+        self._current: list[RolloutRecord] = []  # the newest rollout of each model
+        self._counts: dict[tuple[int, datetime, Role], VersionStats] = {}  # this worker's
+        self._unroutable: set[int] = set()  # rollouts whose candidate is not in the registry
+        self.gates: dict[int, list[GateValue]] = {}  # last judged, per rollout
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(
+        cls,
+        engine: Engine,
+        registry: ModelRegistry,
+        metrics: WorkerMetrics,
+        config: RolloutConfig,
+        router: Router,
+    ) -> Rollouts:
+        rollouts = cls(RolloutStore(engine), registry, RolloutMetrics(metrics.registry), config, router)
+        await asyncio.to_thread(rollouts._start_declared)
+        await asyncio.to_thread(rollouts.tick)  # route before the first request is admitted
+        rollouts._task = asyncio.create_task(rollouts._run(), name="inferlane-rollouts")
+        return rollouts
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await asyncio.to_thread(self._comparer.drain, 5.0)
+        try:
+            await asyncio.to_thread(self._flush)  # the counts of the last seconds
+        finally:
+            await asyncio.to_thread(self._comparer.close)
+
+    # -- the hot path ------------------------------------------------------------------
+
+    def observe(self, batch: Batch, outcomes: list[Outcome]) -> None:
+        """On the event loop: queue a finished batch of a model under rollout."""
+        if self._active and batch.items:
+            active = self._active.get(batch.items[0].request.model)
+            if active is not None:
+                self._comparer.submit(active, batch, outcomes)
+
+    # -- the poll ----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._config.poll_s)
+            try:
+                await asyncio.to_thread(self.tick)
+            except Exception as exc:  # the database may be down: keep routing as last read
+                log.warning("rollouts not refreshed: %s", exc)
+
+    def tick(self, now: datetime | None = None) -> None:
+        """Write counts, read the rollouts, judge the running ones, route (a thread)."""
+        self._flush()
+        now = now or datetime.now(UTC)
+        current = []
+        for record in self._store.current():
+            if record.state == State.RUNNING:
+                record = self._judge(record, now) or record
+            current.append(record)
+        self._follow(current)
+
+    def _flush(self) -> None:
+        dirty = set()
+        for (rollout_id, role), delta in self._comparer.take().items():
+            record = self._records.get(rollout_id)
+            if record is None:
+                continue
+            key = (rollout_id, record.interval_start, role)
+            self._counts.setdefault(key, VersionStats()).merge(delta)
+            dirty.add(key)
+        if dirty:
+            self._store.record_stats(
+                [
+                    RolloutStats(
+                        rollout_id=rid,
+                        interval_start=start,
+                        role=role.value,
+                        worker=self.worker_id,
+                        **{f: getattr(self._counts[rid, start, role], f) for f in _STATS_FIELDS},
+                    )
+                    for rid, start, role in dirty
+                ]
+            )
+
+    def _judge(self, record: RolloutRecord, now: datetime) -> RolloutRecord | None:
+        totals = {role: VersionStats() for role in Role}
+        for row in self._store.stats(record.id, record.interval_start):
+            totals[Role(row.role)].merge(
+                VersionStats(**{f: getattr(row, f) for f in _STATS_FIELDS})
+            )
+        classifier = isinstance(self._registry.adapter(record.model), ClassifierAdapter)
+        values = evaluate(
+            totals[Role.PRIMARY],
+            totals[Role.CANDIDATE],
+            Gates.model_validate(record.gates),
+            classifier=classifier,
+        )
+        self.gates[record.id] = values
+        self._metrics.gates(record, values)
+        decision = judge(record, values, now)
+        if decision is None:
+            return None
+        decided = self._store.decide(
+            record,
+            decision=decision.decision,
+            state=decision.state.value,
+            step=decision.step,
+            share=decision.share,
+            passes=decision.passes,
+            interval_start=decision.interval_start,
+            gates={v.name: v.as_json() for v in values},
+            reason=decision.reason,
+        )
+        if decided is not None:  # None: another worker decided this interval first
+            self._metrics.decisions.labels(record.model, decision.decision).inc()
+            level = logging.WARNING if decision.decision == "rollback" else logging.INFO
+            log.log(
+                level,
+                "rollout %s of %s %s: %s (share %.0f%%): %s",
+                record.id,
+                record.model,
+                record.candidate_version,
+                decision.decision,
+                decision.share * 100,
+                decision.reason,
+            )
+        return decided
+
+    def _follow(self, records: list[RolloutRecord]) -> None:
+        candidates = self._registry.candidates()
+        routes: dict[str, Route] = {}
+        active: dict[str, Active] = {}
+        self._current = records
+        for r in records:
+            self._records[r.id] = r
+            self._metrics.show(r)
+            if r.state not in (State.RUNNING, State.PROMOTED):
+                continue
+            key = candidate_key(r.model, r.candidate_version)
+            if key not in candidates:  # e.g. promoted, then made the primary in the file
+                if r.id not in self._unroutable and r.state == State.RUNNING:
+                    log.warning("rollout %s: %s is not a registry candidate", r.id, key)
+                self._unroutable.add(r.id)
+                continue
+            if r.state == State.PROMOTED:
+                routes[r.model] = Route(r.id, key, 1.0)
+                continue
+            mode = Mode(r.mode)
+            active[r.model] = Active(r.id, r.model, key, mode, r.sample)
+            routes[r.model] = Route(r.id, key, r.share if mode == Mode.CANARY else 0.0)
+        self._active = active
+        self._router.update(routes)
+        running = {a.rollout_id: self._records[a.rollout_id].interval_start for a in active.values()}
+        self._counts = {k: v for k, v in self._counts.items() if running.get(k[0]) == k[1]}
+
+    def _start_declared(self) -> None:
+        """Start the rollouts the registry declares (``[candidates.rollout]``), once each."""
+        for candidate in self._registry.candidates().values():
+            if candidate.rollout is None:
+                continue
+            started = self._store.all(candidate.name)
+            if any(r.candidate_version == candidate.version for r in started):
+                continue
+            primary = self._registry.spec(candidate.name)
+            with contextlib.suppress(RolloutConflict):  # running already, or another worker
+                begin(self._store, primary, candidate, candidate.rollout)
+
+    def status(self) -> list[dict[str, object]]:
+        """The rollouts as last read, with the gates this worker judged last."""
+        return [
+            {
+                "id": r.id,
+                "model": r.model,
+                "candidate_version": r.candidate_version,
+                "primary_version": r.primary_version,
+                "mode": r.mode,
+                "state": r.state,
+                "share": r.share,
+                "step": r.step,
+                "steps": r.steps,
+                "passes": r.passes,
+                "passes_needed": r.passes_needed,
+                "reason": r.reason,
+                "gates": {v.name: v.as_json() for v in self.gates.get(r.id, [])},
+            }
+            for r in self._current
+        ]
