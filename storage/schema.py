@@ -205,3 +205,78 @@ jobs = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Index(None, "state"),
 )
+
+# -- model rollouts (migration 0004) ---------------------------------------------------
+
+# One row per rollout of a candidate version; every worker routes by the newest row of
+# each model. A decision moves ``revision`` on, and only from the value its writer
+# read, so the workers sharing a rollout take each decision once.
+rollouts = Table(
+    "rollouts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("model", String(255), nullable=False),
+    Column("candidate_version", String(128), nullable=False),
+    Column("primary_version", String(128), nullable=False),
+    Column("mode", String(16), nullable=False),  # "shadow" or "canary"
+    Column("state", String(16), nullable=False),
+    Column("steps", JSON, nullable=False),  # canary shares in percent
+    Column("step", Integer, nullable=False),  # index into steps
+    Column("share", Double, nullable=False),  # of requests the candidate answers, 0..1
+    Column("sample", Double, nullable=False),
+    Column("interval_s", Double, nullable=False),
+    Column("passes_needed", Integer, nullable=False),
+    Column("passes", Integer, nullable=False),  # consecutive passing intervals at this step
+    Column("gates", JSON, nullable=False),  # the gate thresholds
+    Column("revision", Integer, nullable=False),
+    Column("interval_start", DateTime(timezone=True), nullable=False),
+    Column("reason", Text),  # of the last decision
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Index(None, "model", "id"),
+)
+
+# At most one running rollout per model, even when two starts race.
+ROLLOUT_RUNNING_PREDICATE = "state = 'running'"
+Index(
+    "ix_rollouts_running_model",
+    rollouts.c.model,
+    unique=True,
+    sqlite_where=text(ROLLOUT_RUNNING_PREDICATE),
+    postgresql_where=text(ROLLOUT_RUNNING_PREDICATE),
+)
+
+# Each decision on a rollout, with the gate values it was taken on.
+rollout_events = Table(
+    "rollout_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("rollout_id", Integer, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("share", Double, nullable=False),
+    Column("decision", String(16), nullable=False),
+    Column("gates", JSON, nullable=False),
+    Column("reason", Text),
+    Index(None, "rollout_id", "id"),
+)
+
+# What each worker measured of each version in an analysis interval. A worker
+# overwrites its own row with its running totals, so a repeated flush counts once.
+rollout_stats = Table(
+    "rollout_stats",
+    metadata,
+    Column("rollout_id", Integer, primary_key=True),
+    Column("interval_start", DateTime(timezone=True), primary_key=True),
+    Column("role", String(16), primary_key=True),  # "primary" or "candidate"
+    Column("worker", String(128), primary_key=True),
+    Column("requests", BigInteger, nullable=False),
+    Column("errors", BigInteger, nullable=False),
+    Column("latency_bins", JSON, nullable=False),  # fixed-bin latency histogram
+    Column("compared", BigInteger, nullable=False),  # answered by both versions
+    Column("disagreement_sum", Double, nullable=False),
+    Column("labelled", BigInteger, nullable=False),
+    Column("wrong", BigInteger, nullable=False),
+    Column("abs_error_sum", Double, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)

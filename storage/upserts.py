@@ -25,14 +25,16 @@ class Upserts:
 def build_upserts(dialect_name: str) -> Upserts:
     return Upserts(
         # A replay overwrites the row with its latest values: one row per request id.
-        results=_upsert(inference_results, dialect_name),
-        drift=_upsert(inference_log, dialect_name),
+        results=upsert(inference_results, dialect_name),
+        drift=upsert(inference_log, dialect_name),
         # A late or replayed batch must not move the resume point backwards.
-        offsets=_upsert(consumer_offsets, dialect_name, keep_max="next_offset"),
+        offsets=upsert(consumer_offsets, dialect_name, keep_max="next_offset"),
     )
 
 
-def _upsert(table: Table, dialect_name: str, *, keep_max: str | None = None) -> Insert:
+def upsert(table: Table, dialect_name: str, *, keep_max: str | None = None) -> Insert:
+    """Insert, or overwrite every other column of the row with the same primary key
+    (``keep_max``: keep the larger of the stored and the new value)."""
     stmt: sqlite.Insert | postgresql.Insert
     if dialect_name == "sqlite":
         stmt, greatest = sqlite.insert(table), "max"  # SQLite's two-argument max is scalar
