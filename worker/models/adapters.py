@@ -54,10 +54,15 @@ class Adapter(ABC):
     def example(self) -> JsonValue:
         """A valid ``inputs`` value, for warm-up batches."""
 
-    def as_expected(self, output: JsonValue) -> JsonValue:
-        """An output in the form of an ``expected`` value, so that two versions' outputs
-        compare the way a prediction compares with its label (``drift``)."""
-        return output
+    def disagreement(self, output: JsonValue, other: JsonValue) -> float:
+        """How far apart two versions' outputs for one input are: by default the drift
+        log's |output - expected| with the other output as the label; infinite when
+        they cannot be compared."""
+        try:
+            pair = self.drift(output, other)
+        except (BadInput, ValueError):
+            return math.inf
+        return math.inf if pair is None else abs(pair[0] - pair[1])
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -184,8 +189,12 @@ class ClassifierAdapter(_NumericAdapter):
             )
         return float(_label(output)), float(expected)
 
-    def as_expected(self, output: JsonValue) -> JsonValue:
-        return _label(output)
+    def disagreement(self, output: JsonValue, other: JsonValue) -> float:
+        """1 when the two labels differ, else 0: averaged, the label disagreement share."""
+        try:
+            return float(_label(output) != _label(other))
+        except ValueError:
+            return math.inf
 
 
 def _label(output: JsonValue) -> int:

@@ -163,7 +163,23 @@ def _train_diabetes() -> nn.Module:
 
 
 def _write_digits(path: Path) -> None:
-    model = _train_digits()
+    _export_digits(_train_digits(), path)
+
+
+def write_worse_digits(path: Path, noise: float = 2.0, seed: int = SEED) -> None:
+    """The digits classifier with Gaussian noise added to its weights: a worse version
+    of it, for rollout demos and tests (a candidate that must be rolled back)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = _train_digits()
+        with torch.no_grad():
+            for layer in model:
+                if isinstance(layer, nn.Linear):
+                    layer.weight.add_(torch.randn_like(layer.weight) * noise * layer.weight.std())
+    _export_digits(model, path)
+
+
+def _export_digits(model: nn.Module, path: Path) -> None:
     batch = torch.export.Dim("batch", min=1, max=4096)
     example = torch.from_numpy(digits_test_set()[0][:2])
     program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))

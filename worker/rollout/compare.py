@@ -11,7 +11,6 @@ both versions' compute times are for the same inputs.
 from __future__ import annotations
 
 import logging
-import math
 import queue
 import random
 import threading
@@ -155,9 +154,8 @@ class Comparer:
             if output is None:
                 other.errors += 1
                 continue
-            pair = (output, served_output) if other_role == Role.CANDIDATE else (served_output, output)
-            candidate.compared += 1
-            candidate.disagreement_sum += _disagreement(adapter, *pair)
+            candidate.compared += 1  # disagreement is symmetric: the order does not matter
+            candidate.disagreement_sum += adapter.disagreement(output, served_output)
             expected = pending.request.expected
             if expected is not None:
                 try:
@@ -189,12 +187,3 @@ class Comparer:
         with self._lock:
             self._deltas.setdefault((rollout_id, role), VersionStats()).merge(stats)
 
-
-def _disagreement(adapter: Adapter, candidate: JsonValue, primary: JsonValue) -> float:
-    """Label disagreement (0 or 1), absolute difference, or cosine distance: the drift
-    pair of the candidate's output against the primary's taken as its label."""
-    try:
-        pair = adapter.drift(candidate, adapter.as_expected(primary))
-    except (BadInput, ValueError):
-        return math.inf  # outputs that cannot be compared disagree completely
-    return math.inf if pair is None else abs(pair[0] - pair[1])

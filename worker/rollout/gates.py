@@ -28,8 +28,12 @@ class GateValue:
         return f"{self.name} {self.value:.4g} > {self.threshold:.4g}"
 
     def as_json(self) -> dict[str, object]:
-        value = None if math.isnan(self.value) else self.value
-        return {"value": value, "threshold": self.threshold, "verdict": self.verdict.value}
+        """JSON has no NaN or infinity: those are null (the verdict says which)."""
+        return {
+            "value": _finite(self.value),
+            "threshold": _finite(self.threshold),
+            "verdict": self.verdict.value,
+        }
 
 
 def evaluate(
@@ -80,6 +84,10 @@ def _gate(
         return GateValue(name, math.nan, threshold, Verdict.WAIT, required)
     passed = value <= threshold  # NaN (e.g. a NaN error) fails
     return GateValue(name, value, threshold, Verdict.PASS if passed else Verdict.FAIL, required)
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 def _relative(value: float, baseline: float) -> float:

@@ -84,7 +84,9 @@ class Rollouts:
         config: RolloutConfig,
         router: Router,
     ) -> Rollouts:
-        rollouts = cls(RolloutStore(engine), registry, RolloutMetrics(metrics.registry), config, router)
+        rollouts = cls(
+            RolloutStore(engine), registry, RolloutMetrics(metrics.registry), config, router
+        )
         await asyncio.to_thread(rollouts._start_declared)
         await asyncio.to_thread(rollouts.tick)  # route before the first request is admitted
         rollouts._task = asyncio.create_task(rollouts._run(), name="inferlane-rollouts")
@@ -218,11 +220,15 @@ class Rollouts:
                 routes[r.model] = Route(r.id, key, 1.0)
                 continue
             mode = Mode(r.mode)
+            if r.model not in self._active:  # load it now, not with its first batch
+                self._registry.ensure(key)
             active[r.model] = Active(r.id, r.model, key, mode, r.sample)
             routes[r.model] = Route(r.id, key, r.share if mode == Mode.CANARY else 0.0)
         self._active = active
         self._router.update(routes)
-        running = {a.rollout_id: self._records[a.rollout_id].interval_start for a in active.values()}
+        running = {
+            a.rollout_id: self._records[a.rollout_id].interval_start for a in active.values()
+        }
         self._counts = {k: v for k, v in self._counts.items() if running.get(k[0]) == k[1]}
 
     def _start_declared(self) -> None:

@@ -37,7 +37,9 @@ class VersionStats:
     def merge(self, other: VersionStats) -> None:
         self.requests += other.requests
         self.errors += other.errors
-        self.latency_bins = [a + b for a, b in zip(self.latency_bins, other.latency_bins)]
+        if other.latency_bins:  # a row written without latencies has none
+            bins = zip(self.latency_bins, other.latency_bins, strict=True)
+            self.latency_bins = [a + b for a, b in bins]
         self.compared += other.compared
         self.disagreement_sum += other.disagreement_sum
         self.labelled += other.labelled
