@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from worker.broker import EmbeddedBroker
+from worker.cli_options import Database
 from worker.config import WorkerSettings
 from worker.drift.cli import register as register_drift_commands
 from worker.jobs.cli import jobs_app, score
@@ -33,15 +34,6 @@ Bootstrap = Annotated[
         "-b",
         envvar="INFERLANE_BOOTSTRAP",
         help="Kafka bootstrap servers; unset: start the embedded broker.",
-    ),
-]
-Database = Annotated[
-    str | None,
-    typer.Option(
-        "--database",
-        "-d",
-        envvar="INFERLANE_DATABASE_URL",
-        help="SQLAlchemy URL: sqlite:///file.db or postgresql://user@host/db.",
     ),
 ]
 
