@@ -1,4 +1,4 @@
-"""The ``inferlane`` command line: run, broker, publish, demo."""
+"""The ``inferlane`` command line: run, broker, publish, demo; models, jobs, rollouts."""
 
 from __future__ import annotations
 
@@ -14,16 +14,19 @@ import typer
 from rich.console import Console
 
 from worker.broker import EmbeddedBroker
+from worker.cli_options import Database
 from worker.config import WorkerSettings
 from worker.drift.cli import register as register_drift_commands
 from worker.jobs.cli import jobs_app, score
 from worker.models.cli import app as models_app
 from worker.ops.cli import HttpHost, HttpPort, LogFormatOption, MetricsPort, publish_demo
+from worker.rollout.cli import rollout_app
 
 app = typer.Typer(help="Kafka-driven inference worker.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.command()(score)
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(rollout_app, name="rollout")
 console = Console()
 
 Bootstrap = Annotated[
@@ -33,15 +36,6 @@ Bootstrap = Annotated[
         "-b",
         envvar="INFERLANE_BOOTSTRAP",
         help="Kafka bootstrap servers; unset: start the embedded broker.",
-    ),
-]
-Database = Annotated[
-    str | None,
-    typer.Option(
-        "--database",
-        "-d",
-        envvar="INFERLANE_DATABASE_URL",
-        help="SQLAlchemy URL: sqlite:///file.db or postgresql://user@host/db.",
     ),
 ]
 

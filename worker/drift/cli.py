@@ -16,15 +16,10 @@ from rich.table import Table
 
 from storage import make_engine
 from storage.anomalies import find_anomalies
+from worker.cli_options import Database, database_url
 
 console = Console()
 
-Database = Annotated[
-    str,
-    typer.Option(
-        "--database", "-d", envvar="INFERLANE_DATABASE_URL", help="SQLAlchemy URL of the store."
-    ),
-]
 Model = Annotated[str | None, typer.Option(help="Only this model.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON (docs/DRIFT.md).")]
 Since = Annotated[str | None, typer.Option(help="A span back (1d, 2h) or an ISO time.")]
@@ -36,7 +31,7 @@ def _print_json(value: Any) -> None:
 
 
 def anomalies(
-    database: Database = "sqlite:///inferlane.db",
+    database: Database = None,
     model: Model = None,
     threshold: Annotated[float, typer.Option(help="|output - expected| above this.")] = 0.5,
     since: Since = None,
@@ -46,7 +41,7 @@ def anomalies(
     """Drift-log rows off by more than the threshold: the count and the worst rows."""
     from worker.drift.views import parse_since
 
-    engine = make_engine(database)
+    engine = make_engine(database_url(database))
     try:
         start = None if since is None else parse_since(since, datetime.now(UTC))
         found = find_anomalies(engine, threshold=threshold, model=model, since=start, limit=limit)
@@ -80,7 +75,7 @@ def anomalies(
 
 
 def drift(
-    database: Database = "sqlite:///inferlane.db",
+    database: Database = None,
     model: Model = None,
     window: Annotated[
         str | None, typer.Option(help="Join stored windows: a span (5m, 1h) or a row count.")
@@ -98,7 +93,7 @@ def drift(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     default, per_model = thresholds_for(models)
-    engine = make_engine(database)
+    engine = make_engine(database_url(database))
     try:
         start = None if since is None else parse_since(since, datetime.now(UTC))
         found = verdicts(
@@ -126,7 +121,7 @@ def drift(
 
 def report(
     out: Annotated[Path, typer.Option(help="PNG to write.")],
-    database: Database = "sqlite:///inferlane.db",
+    database: Database = None,
     model: Model = None,
     since: Since = None,
     models: Models = None,
@@ -136,7 +131,7 @@ def report(
     from worker.drift.views import parse_since, thresholds_for
 
     default, per_model = thresholds_for(models)
-    engine = make_engine(database)
+    engine = make_engine(database_url(database))
     try:
         start = None if since is None else parse_since(since, datetime.now(UTC))
         lines = write_report(
@@ -151,7 +146,7 @@ def report(
 
 def purge(
     older_than: Annotated[str, typer.Option(help="Age to keep: 30d, 12h.")],
-    database: Database = "sqlite:///inferlane.db",
+    database: Database = None,
     batch_rows: Annotated[int, typer.Option(min=1, help="Rows per transaction.")] = 1000,
     json: Json = False,
 ) -> None:
@@ -163,7 +158,7 @@ def purge(
     span_s = parse_span_s(older_than)
     if span_s is None:
         raise typer.BadParameter(f"--older-than takes a span (12h, 30d): {older_than!r}")
-    engine = make_engine(database)
+    engine = make_engine(database_url(database))
     try:
         cutoff = datetime.now(UTC) - timedelta(seconds=span_s)
         purged = purge_rows(engine, cutoff, batch_rows=batch_rows)

@@ -19,6 +19,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from worker.cli_options import Database, database_url
+
 if TYPE_CHECKING:
     from storage.jobs import JobRecord
     from worker.jobs.local import Progress as JobProgress
@@ -28,26 +30,11 @@ jobs_app = typer.Typer(
 )
 console = Console(stderr=True)
 
-Database = Annotated[
-    str | None,
-    typer.Option(
-        "--database",
-        "-d",
-        envvar="INFERLANE_DATABASE_URL",
-        help="SQLAlchemy URL holding the jobs and their results (default sqlite:///inferlane.db).",
-    ),
-]
 Bootstrap = Annotated[
     str | None,
     typer.Option("--bootstrap", "-b", envvar="INFERLANE_BOOTSTRAP", help="Kafka bootstrap."),
 ]
 JobName = Annotated[str, typer.Argument(help="The job's name.")]
-
-
-def _database(url: str | None) -> str:
-    from worker.config import WorkerSettings
-
-    return url or WorkerSettings().database_url
 
 
 def score(
@@ -117,11 +104,11 @@ def score(
     )
     name = check_name(job or params.default_name())
     if distributed:
-        _publish(name, params, _database(database), bootstrap, models)
+        _publish(name, params, database_url(database), bootstrap, models)
         return
-    _run_local(name, params, _database(database), models)
+    _run_local(name, params, database_url(database), models)
     if from_topic is not None:
-        _compare(name, params, _database(database))
+        _compare(name, params, database_url(database))
 
 
 def _snapshot(
@@ -265,7 +252,7 @@ def list_jobs(database: Database = None) -> None:
     from storage.jobs import JobStore
 
     table = Table("job", "kind", "model", "state", "rows", "errors", "updated")
-    with ResultStore(_database(database)) as store:
+    with ResultStore(database_url(database)) as store:
         for r in JobStore(store.engine).all():
             total = f"{r.rows_total:,}" if r.rows_total is not None else "?"
             table.add_row(
@@ -286,7 +273,7 @@ def show(name: JobName, database: Database = None) -> None:
     from storage import ResultStore
     from storage.jobs import PUBLISHED, JobStore
 
-    with ResultStore(_database(database)) as store:
+    with ResultStore(database_url(database)) as store:
         jobs = JobStore(store.engine)
         record = jobs.get(name)
         if record is None:
@@ -326,7 +313,7 @@ def cancel(name: JobName, database: Database = None) -> None:
     from storage import ResultStore
     from storage.jobs import JobStore
 
-    with ResultStore(_database(database)) as store:
+    with ResultStore(database_url(database)) as store:
         if not JobStore(store.engine).cancel(name):
             console.print(f"[red]no running job {name!r}[/]")
             raise typer.Exit(1)
@@ -343,7 +330,7 @@ def export(
     from storage import ResultStore
     from worker.jobs.distributed import ExportError, export_job
 
-    with ResultStore(_database(database)) as store:
+    with ResultStore(database_url(database)) as store:
         try:
             written = export_job(name, store, output.resolve())
         except ExportError as exc:

@@ -27,16 +27,19 @@ if TYPE_CHECKING:
     from worker.models.registry import Changes, ModelRegistry
     from worker.models.specs import (
         AdapterConfig,
+        CandidateSpec,
         ClassifierConfig,
         ModelSpec,
         RegistryFile,
         RegressorConfig,
         TextEmbeddingConfig,
+        candidate_key,
     )
 
 _HOME = {
     "Adapter": "worker.models.adapters",
     "AdapterConfig": "worker.models.specs",
+    "CandidateSpec": "worker.models.specs",
     "Changes": "worker.models.registry",
     "ClassifierAdapter": "worker.models.adapters",
     "ClassifierConfig": "worker.models.specs",
@@ -49,6 +52,7 @@ _HOME = {
     "RegressorConfig": "worker.models.specs",
     "TextEmbeddingAdapter": "worker.models.adapters",
     "TextEmbeddingConfig": "worker.models.specs",
+    "candidate_key": "worker.models.specs",
     "demo_sentences": "worker.models.demo",
     "diabetes_test_set": "worker.models.demo",
     "digits_test_set": "worker.models.demo",
@@ -59,6 +63,7 @@ _HOME = {
 __all__ = [
     "Adapter",
     "AdapterConfig",
+    "CandidateSpec",
     "Changes",
     "ClassifierAdapter",
     "ClassifierConfig",
@@ -71,6 +76,7 @@ __all__ = [
     "RegressorConfig",
     "TextEmbeddingAdapter",
     "TextEmbeddingConfig",
+    "candidate_key",
     "demo_sentences",
     "diabetes_test_set",
     "digits_test_set",

@@ -83,7 +83,7 @@ AdapterConfig = Annotated[
 class ModelSpec(_Config):
     """One ``[[models]]`` entry: where the weights are, how to load them, how to batch."""
 
-    name: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^@]+$")]
+    name: Annotated[str, Field(min_length=1, max_length=256)]
     version: Annotated[str, Field(min_length=1)]
     format: Literal["export", "torchscript", "factory", "hf"]
     path: RegistryPath
@@ -98,6 +98,16 @@ class ModelSpec(_Config):
     compute_timeout_s: Annotated[float, Field(gt=0)] | None = None
     drift: DriftThresholds | None = None  # None: the worker's [drift] thresholds
 
+    @field_validator("name")
+    @classmethod
+    def _no_at_sign(cls, name: str) -> str:
+        if "@" in name:
+            raise ValueError(
+                f"model name {name!r} contains '@', which separates a candidate's "
+                "name from its version (name@version)"
+            )
+        return name
+
     @model_validator(mode="after")
     def _factory_iff_factory_format(self) -> ModelSpec:
         if (self.format == "factory") != (self.factory is not None):
@@ -109,13 +119,14 @@ class ModelSpec(_Config):
 
 
 def candidate_key(name: str, version: str) -> str:
-    """The store's key for a candidate version (model names never contain ``@``)."""
+    """How a candidate version is named beside the primary: ``name@version``."""
     return f"{name}@{version}"
 
 
 class CandidateSpec(ModelSpec):
-    """A ``[[candidates]]`` entry: another version of a model, served only by a rollout."""
+    """One ``[[candidates]]`` entry: another version of a ``[[models]]`` entry."""
 
+    # How it goes live; None: only by ``inferlane rollout start``.
     rollout: RolloutPlan | None = None
 
 
@@ -131,6 +142,23 @@ class RegistryFile(_Config):
         if duplicates:
             raise ValueError(f"duplicate model names: {', '.join(duplicates)}")
         return models
+
+    @model_validator(mode="after")
+    def _candidates_of_known_models(self) -> RegistryFile:
+        versions = {m.name: m.version for m in self.models}
+        keys = [candidate_key(c.name, c.version) for c in self.candidates]
+        for candidate, key in zip(self.candidates, keys, strict=True):
+            if candidate.name not in versions:
+                raise ValueError(f"candidate {key}: no [[models]] entry named {candidate.name!r}")
+            if candidate.version == versions[candidate.name]:
+                raise ValueError(
+                    f"candidate {key}: version {candidate.version!r} is the version "
+                    "[[models]] serves; a candidate needs another one"
+                )
+        duplicates = sorted({k for k in keys if keys.count(k) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate candidates: {', '.join(duplicates)}")
+        return self
 
     @classmethod
     def from_toml(cls, path: Path) -> RegistryFile:
