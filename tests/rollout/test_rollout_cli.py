@@ -178,7 +178,7 @@ def test_status_shows_each_models_newest_rollout(db_url: str, registry: Path) ->
     store.decide(
         seen, decision="rollback", state="rolled_back", step=0, share=0.0, passes=0,
         interval_start=seen.interval_start, reason="disagreement 0.31 > 0.1",
-        gates={"disagreement": {"value": 0.31, "threshold": 0.1, "passed": False}},
+        gates={"disagreement": {"value": 0.31, "threshold": 0.1, "verdict": "fail"}},
     )  # fmt: skip
     engine.dispose()
 
@@ -196,6 +196,7 @@ def test_status_shows_each_models_newest_rollout(db_url: str, registry: Path) ->
     events = newest["events"]
     assert isinstance(events, list) and [e["decision"] for e in events] == ["start", "rollback"]
     assert all(set(e) == EVENT_KEYS for e in events)
-    assert events[1]["gates"]["disagreement"] == {"value": 0.31, "threshold": 0.1, "passed": False}
+    failed = {"value": 0.31, "threshold": 0.1, "verdict": "fail"}
+    assert events[1]["gates"]["disagreement"] == failed
     assert str(newest["interval_start"]).endswith("+00:00")
     assert status_json(db_url, "diabetes") == []

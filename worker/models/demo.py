@@ -173,7 +173,7 @@ def write_worse_digits(path: Path, noise: float = 2.0, seed: int = SEED) -> None
         torch.manual_seed(seed)
         model = _train_digits()
         with torch.no_grad():
-            for layer in model:
+            for layer in model.modules():
                 if isinstance(layer, nn.Linear):
                     layer.weight.add_(torch.randn_like(layer.weight) * noise * layer.weight.std())
     _export_digits(model, path)

@@ -8,7 +8,12 @@ from worker.rollout.plan import Mode, RolloutPlan
 
 
 def begin(
-    store: RolloutStore, primary: ModelSpec, candidate: CandidateSpec, plan: RolloutPlan
+    store: RolloutStore,
+    primary: ModelSpec,
+    candidate: CandidateSpec,
+    plan: RolloutPlan,
+    *,
+    reason: str | None = None,
 ) -> RolloutRecord:
     """Raises ``RolloutConflict`` if the model has a running rollout."""
     return store.start(
@@ -22,4 +27,5 @@ def begin(
         interval_s=plan.interval_s,
         passes_needed=plan.passes,
         gates=plan.gates.model_dump(),
+        reason=reason,
     )

@@ -68,6 +68,7 @@ def start(
     """Start rolling out a candidate version of MODEL: the candidate's rollout plan in
     the registry (or the defaults), overridden by the options given."""
     from storage.rollouts import RolloutConflict
+    from worker.rollout.begin import begin
 
     registry = _registry(models)
     primary = next((m for m in registry.models if m.name == model), None)
@@ -91,19 +92,7 @@ def start(
     )
     with _store(database) as store:
         try:
-            record = store.start(
-                model=model,
-                candidate_version=version,
-                primary_version=primary.version,
-                mode=plan.mode,
-                steps=plan.steps,
-                share=plan.steps[0] / 100 if plan.mode is Mode.CANARY else 0.0,
-                sample=plan.sample,
-                interval_s=plan.interval_s,
-                passes_needed=plan.passes,
-                gates=plan.gates.model_dump(),
-                reason=reason,
-            )
+            record = begin(store, primary, candidate, plan, reason=reason)
         except RolloutConflict as exc:
             _refuse(str(exc))
     console.print(f"started rollout #{record.id}: {_summary(record)}", markup=False)
@@ -299,13 +288,14 @@ def _clock(at: datetime) -> str:
 
 
 def _gates_text(gates: dict[str, Any]) -> str:
-    """``name value/threshold pass|FAIL`` per gate, for measured gates as the runtime
-    stores them ({value, threshold, passed}); anything else as it is."""
+    """``name value/threshold pass|FAIL|wait`` per gate, for measured gates as the
+    runtime stores them ({value, threshold, verdict}); anything else as it is."""
     parts = []
     for name, gate in gates.items():
         if isinstance(gate, dict) and "value" in gate:
-            passed = gate.get("passed")
-            verdict = "" if passed is None else (" pass" if passed else " FAIL")
+            verdict = {"pass": " pass", "fail": " FAIL", "wait": " wait"}.get(
+                str(gate.get("verdict")), ""
+            )
             parts.append(f"{name} {_num(gate['value'])}/{_num(gate.get('threshold'))}{verdict}")
         else:
             parts.append(f"{name} {gate}")

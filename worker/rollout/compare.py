@@ -186,4 +186,3 @@ class Comparer:
     def _add(self, rollout_id: int, role: Role, stats: VersionStats) -> None:
         with self._lock:
             self._deltas.setdefault((rollout_id, role), VersionStats()).merge(stats)
-
