@@ -13,15 +13,17 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import orjson
 from sqlalchemy import func, select
 
 from consumers.client import InferlaneClient
 from consumers.contract import InferenceRequest, Status
 from storage import ResultStore, make_engine
 from storage.rollouts import RolloutRecord, RolloutStore
-from storage.schema import inference_results, rollout_stats
+from storage.schema import drift_windows, inference_results, rollout_stats
 from tests.e2e.support import settings_for, wait_for_rows
-from worker.broker import EmbeddedBroker
+from tests.ops.support import aget
+from worker.broker import EmbeddedBroker, free_port
 from worker.config import OpsConfig, RolloutConfig, WorkerSettings
 from worker.models import ModelRegistry
 from worker.rollout.begin import begin
@@ -150,6 +152,14 @@ async def test_a_worse_candidate_is_rolled_back_within_one_interval(
     assert served["worse"] > 0 and served["1"] > served["worse"]  # the canary answered some
     late = [r.request_id for r in sent[-5:]]
     assert versions(db_url, late) == Counter({"1": 5})  # after the rollback: the primary
+    engine = make_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            query = select(drift_windows.c.model, drift_windows.c.model_version).distinct()
+            windows = set(conn.execute(query).all())
+    finally:
+        engine.dispose()
+    assert windows == {("digits", "1"), ("digits", "worse")}  # drift windows per version
 
 
 async def test_an_equivalent_candidate_is_promoted_through_every_step(
@@ -179,13 +189,16 @@ async def test_a_shadow_candidate_computes_but_never_publishes(
 ) -> None:
     db_url = f"sqlite:///{tmp_path / 'shadow.db'}"
     registry = ModelRegistry.from_toml(rollout_registry_path)
-    async with Worker(settings(broker, db_url), registry) as worker:
+    port = free_port()
+    with_page = settings(broker, db_url).model_copy(update={"ops": OpsConfig(http_port=port)})
+    async with Worker(with_page, registry) as worker:
         store = RolloutStore(worker.store.engine)  # type: ignore[union-attr]
         with InferlaneClient(broker.bootstrap) as client:
             await asyncio.to_thread(client.watch_results)
             async with traffic(broker.bootstrap) as sent:
                 started = start(db_url, registry, "2", plan(Mode.SHADOW, passes=2))
                 record = await until(store, started.id, lambda r: r.passes >= 2)
+                status, body = await aget(f"http://127.0.0.1:{port}/status.json")
             results = await asyncio.to_thread(
                 client.results, [r.request_id for r in sent], timeout_s=60
             )
@@ -197,6 +210,11 @@ async def test_a_shadow_candidate_computes_but_never_publishes(
 
     assert record.state == "running" and record.share == 0.0
     assert "ready to promote" in (record.reason or "")
+    assert status == 200
+    [shown] = orjson.loads(body)["rollouts"]  # the status page shows the rollout
+    assert (shown["model"], shown["candidate"], shown["mode"]) == ("digits", "2", "shadow")
+    assert shown["state"] == "running" and shown["share"] == 0.0
+    assert shown["gates"]["disagreement"]["value"] == 0.0  # same weights: no disagreement
     assert {r.model_version for r in results.values()} == {"1"}  # Kafka: the primary only
     assert {r.status for r in results.values()} == {Status.OK}
     assert versions(db_url) == Counter({"1": len(sent)})  # SQL: the primary only
@@ -260,3 +278,20 @@ async def test_a_restarted_worker_resumes_the_rollout(
     decisions = [e.decision for e in store.events(started.id)]
     assert decisions.count("start") == 1 and decisions[-1] == "promote"
     assert [e.share for e in store.events(started.id) if e.decision == "advance"] == [0.5, 1.0]
+
+
+async def test_a_rollout_declared_in_the_registry_starts_once(
+    broker: EmbeddedBroker, rollout_registry_path: Path, tmp_path: Path
+) -> None:
+    declared = tmp_path / "registry.toml"
+    declared.write_text(
+        rollout_registry_path.read_text()
+        + '[candidates.rollout]\nmode = "shadow"\ninterval_s = 30\nsample = 0.5\n'
+    )  # the table belongs to the last candidate: "worse"
+    db_url = f"sqlite:///{tmp_path / 'declared.db'}"
+    for _ in range(2):  # a restart finds it started and starts nothing more
+        async with Worker(settings(broker, db_url), ModelRegistry.from_toml(declared)) as worker:
+            store = RolloutStore(worker.store.engine)  # type: ignore[union-attr]
+            [record] = store.all("digits")
+    assert (record.candidate_version, record.mode, record.state) == ("worse", "shadow", "running")
+    assert (record.interval_s, record.sample, record.share) == (30, 0.5, 0.0)

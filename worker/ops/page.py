@@ -40,6 +40,9 @@ PAGE = """<!doctype html>
 <section><h2>Drift</h2><table id="drift"><thead><tr><th>series</th><th>value</th></tr>
  </thead><tbody></tbody></table></section>
 </div>
+<h2>Rollouts</h2><table id="rollouts"><thead><tr><th>model</th><th>candidate</th>
+ <th>mode</th><th>state</th><th>share</th><th>gates (value / threshold)</th></tr></thead>
+ <tbody></tbody></table>
 <h2>Recent errors</h2><table id="errors"><thead><tr><th>time</th><th>request id</th>
  <th>model</th><th>status</th><th>code</th></tr></thead><tbody></tbody></table>
 <h2>Other subsystems</h2><table id="other"><thead><tr><th>series</th><th>value</th></tr>
@@ -73,6 +76,9 @@ function render(s){
  fill("pipeline",Object.entries(s.pipeline).map(([k,v])=>[k,num(v)]));
  fill("process",Object.entries(s.process).map(([k,v])=>[k,num(v)]));
  fill("drift",s.drift.map(x=>[x.name+labels(x.labels),num(x.value)]));
+ fill("rollouts",s.rollouts.map(x=>[x.model,x.candidate,x.mode,x.state,
+  (x.share*100).toFixed(1)+" %",Object.entries(x.gates).map(([g,v])=>
+  g+" "+(v.value===null?"\u2013":num(v.value))+" / "+num(v.threshold)).join("; ")]));
  fill("errors",s.errors.map(e=>[new Date(e.at_s*1000).toLocaleTimeString(),e.request_id,
   e.model,e.status,e.code]));
  fill("other",s.other.map(x=>[x.name+labels(x.labels),num(x.value)]));

@@ -1,4 +1,4 @@
-"""The status page's data: lanes, models, errors, drift and other subsystems' series.
+"""The status page's data: lanes, models, errors, drift, rollouts and other series.
 
 Rates and percentiles are over the window since an earlier read (at least
 ``window_s`` old when one exists), so the page shows now, not the average since start.
@@ -69,11 +69,12 @@ class StatusBoard:
                 if s.name.startswith("inferlane_process_") or s.name.startswith("inferlane_gpu_")
             },
             "drift": _family_rows(snapshot, lambda n: n.startswith("inferlane_drift")),
+            "rollouts": _rollouts(snapshot),
             "other": _family_rows(
                 snapshot,
                 lambda n: (
                     n.startswith("inferlane_")
-                    and not n.startswith("inferlane_drift")
+                    and not n.startswith(("inferlane_drift", "inferlane_rollout"))
                     and not n.startswith(_SHOWN)
                     and not n.startswith("inferlane_gpu_")
                 ),
@@ -168,6 +169,35 @@ def _pipeline(now: Snapshot) -> dict[str, float]:
     for reason, n in sorted(now.total("inferlane_dead_letters_total", "reason").items()):
         out[f"dead letters: {reason}"] = n
     return out
+
+
+def _rollouts(now: Snapshot) -> list[dict[str, Any]]:
+    """Each model's newest rollout: mode, state, candidate share and the last gates."""
+    states = {
+        (s.labels["model"], s.labels["candidate"]): s.labels["state"]
+        for s in now.named("inferlane_rollout_state")
+        if s.value == 1
+    }
+    gates: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
+    for name, field in (("value", "inferlane_rollout_gate_value"),
+                        ("threshold", "inferlane_rollout_gate_threshold")):  # fmt: skip
+        for s in now.named(field):
+            key = (s.labels["model"], s.labels["candidate"])
+            gates.setdefault(key, {}).setdefault(s.labels["gate"], {})[name] = s.value
+    rows = []
+    for s in now.named("inferlane_rollout_share"):
+        key = (s.labels["model"], s.labels["candidate"])
+        rows.append(
+            {
+                "model": key[0],
+                "candidate": key[1],
+                "mode": s.labels["mode"],
+                "state": states.get(key),
+                "share": s.value,
+                "gates": gates.get(key, {}),
+            }
+        )
+    return sorted(rows, key=lambda r: (r["model"], r["candidate"]))
 
 
 def _family_rows(now: Snapshot, wanted: Any) -> list[dict[str, Any]]:
