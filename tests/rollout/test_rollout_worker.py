@@ -283,7 +283,8 @@ async def test_a_restarted_worker_resumes_the_rollout(
 async def test_a_rollout_declared_in_the_registry_starts_once(
     broker: EmbeddedBroker, rollout_registry_path: Path, tmp_path: Path
 ) -> None:
-    declared = tmp_path / "registry.toml"
+    # Beside the demo registry: its model paths are relative to its folder.
+    declared = rollout_registry_path.with_name(f"declared-{tmp_path.name}.toml")
     declared.write_text(
         rollout_registry_path.read_text()
         + '[candidates.rollout]\nmode = "shadow"\ninterval_s = 30\nsample = 0.5\n'

@@ -268,6 +268,31 @@ def ensure_demo_models(cache_dir: Path | None = None) -> Path:
     return registry
 
 
+def ensure_rollout_models(cache_dir: Path | None = None) -> Path:
+    """The demo digits with two candidate versions, for rollout demos and tests: "2"
+    (the same weights: an equivalent candidate) and "worse" (noisy weights). Returns
+    the path of a registry TOML holding digits and the two ``[[candidates]]``."""
+    folder = cache_dir or default_cache_dir()
+    ensure_demo_models(folder)
+    digits = folder / f"digits-{RECIPE_VERSION}.pt2"
+    worse = folder / f"digits-worse-{RECIPE_VERSION}.pt2"
+    registry = folder / "rollout-registry.toml"
+    adapter = '{ kind = "classifier", features = 64, num_classes = 10, shapes = [[8, 8]] }'
+    entries = [("models", "1", digits), ("candidates", "2", digits), ("candidates", "worse", worse)]
+    text = "".join(
+        f'\n[[{table}]]\nname = "digits"\nversion = "{version}"\nformat = "export"\n'
+        f"path = {json.dumps(path.name)}\nadapter = {adapter}\n"
+        for table, version, path in entries
+    )
+    with _locked(folder):
+        if not worse.exists():
+            write_worse_digits(worse)
+        if not registry.exists() or registry.read_text() != text:
+            with _atomic(registry) as tmp:
+                tmp.write_text(text)
+    return registry
+
+
 _WORDS = (
     "the",
     "a",
