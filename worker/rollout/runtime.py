@@ -16,11 +16,13 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import uuid
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
+from storage import StoreUnavailable
 from storage.rollouts import RolloutConflict, RolloutRecord, RolloutStats, RolloutStore
 from worker.config import RolloutConfig
 from worker.metrics import WorkerMetrics
@@ -74,6 +76,8 @@ class Rollouts:
         self._unroutable: set[int] = set()  # rollouts whose candidate is not in the registry
         self.gates: dict[int, list[GateValue]] = {}  # last judged, per rollout
         self._task: asyncio.Task[None] | None = None
+        # A cancelled await leaves its thread running: stop()'s flush must not overlap it.
+        self._lock = threading.Lock()
 
     @classmethod
     async def start(
@@ -99,7 +103,7 @@ class Rollouts:
                 await self._task
         await asyncio.to_thread(self._comparer.drain, 5.0)
         try:
-            await asyncio.to_thread(self._flush)  # the counts of the last seconds
+            await asyncio.to_thread(self.flush)
         finally:
             await asyncio.to_thread(self._comparer.close)
 
@@ -119,19 +123,27 @@ class Rollouts:
             await asyncio.sleep(self._config.poll_s)
             try:
                 await asyncio.to_thread(self.tick)
-            except Exception as exc:  # the database may be down: keep routing as last read
+            except StoreUnavailable as exc:  # keep routing as last read; retry next time
                 log.warning("rollouts not refreshed: %s", exc)
+            except Exception:  # a bug here must not stop the worker serving
+                log.exception("rollouts not refreshed")
 
     def tick(self, now: datetime | None = None) -> None:
         """Write counts, read the rollouts, judge the running ones, route (a thread)."""
-        self._flush()
-        now = now or datetime.now(UTC)
-        current = []
-        for record in self._store.current():
-            if record.state == State.RUNNING:
-                record = self._judge(record, now) or record
-            current.append(record)
-        self._follow(current)
+        with self._lock:
+            self._flush()
+            now = now or datetime.now(UTC)
+            current = []
+            for record in self._store.current():
+                if record.state == State.RUNNING:
+                    record = self._judge(record, now) or record
+                current.append(record)
+            self._follow(current)
+
+    def flush(self) -> None:
+        """Write this worker's counts now (on stop: the last seconds' counts)."""
+        with self._lock:
+            self._flush()
 
     def _flush(self) -> None:
         dirty = set()
