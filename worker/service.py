@@ -355,6 +355,9 @@ class Worker:
             # Executors report item failures as values; an exception here is our bug.
             run = future.result()
             self._scheduler.finished(batch, run)
+            late = [p for p, r in zip(batch.items, run.results, strict=True) if r.expired]
+            if late:
+                self._scheduler.expired(late)
             outcomes = completed(batch, run, self._registry.adapter(batch.model))
         except Exception as exc:
             if self._failed is not None and not self._failed.done():

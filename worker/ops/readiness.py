@@ -110,7 +110,6 @@ class ReadinessProbe:
             return _describe(exc, store.engine)
         return None
 
-
     def close(self) -> None:
         self._pinger.shutdown(wait=False, cancel_futures=True)
 
