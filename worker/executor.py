@@ -166,13 +166,20 @@ def timed_out(running: Running[BatchRun], limit_s: float) -> BatchRun:
 
 
 def run_batch(resolve: Callable[[str], LoadedModel], batch: Batch) -> BatchRun:
+    """Items whose deadline passed while the batch waited for the compute thread are
+    not computed: they come back ``expired``."""
     started = time.monotonic()
+    alive = [p.deadline_s is None or p.deadline_s > started for p in batch.items]
+    live = [p for p, ok in zip(batch.items, alive, strict=True) if ok]
+    if not live:
+        return BatchRun([ItemResult(expired=True) for _ in batch.items], None, started, 0.0)
     try:
         model = resolve(batch.model)
     except Exception as exc:  # a model that cannot load fails its requests, not the worker
         error = item_error(f"model {batch.model!r} could not be loaded", exc)
         return BatchRun([ItemResult(error=error) for _ in batch.items], None, started, 0.0)
-    results = _run_isolating(model, batch.items)
+    computed = iter(_run_isolating(model, live))
+    results = [next(computed) if ok else ItemResult(expired=True) for ok in alive]
     return BatchRun(results, model.version, started, time.monotonic() - started)
 
 

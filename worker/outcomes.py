@@ -71,6 +71,9 @@ def completed(batch: Batch, run: BatchRun, adapter: Adapter) -> list[Outcome]:
     size = len(batch)
     outcomes = []
     for pending, item in zip(batch.items, run.results, strict=True):
+        if item.expired:  # its deadline passed before the batch started
+            outcomes.append(expired(pending, run.started_s))
+            continue
         request = pending.request
         latency = Latency(
             queue=_ms(run.started_s - pending.received_s),

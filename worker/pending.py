@@ -53,10 +53,12 @@ class Batch:
 
 @dataclass(slots=True)
 class ItemResult:
-    """What the executor says of one item: outputs, or the error that item alone caused."""
+    """What the executor says of one item: outputs, the error that item alone caused,
+    or that its deadline passed before its batch started (it was not computed)."""
 
     outputs: JsonValue = None
     error: ErrorInfo | None = None
+    expired: bool = False
 
 
 @dataclass(slots=True)

@@ -1,10 +1,10 @@
 """The worker: a facade that takes input, schedules, executes and completes.
 
-Four tasks on one event loop, each a short sentence:
+Its tasks on one event loop, each a short sentence:
 - intake: fetch records, admit them (off the loop), queue them in lanes;
 - schedule: ask the batcher for a batch whenever the executor has room, submit it;
-- publish: send finished outcomes to Kafka, high lane first;
-- persist: write them to SQL with the offsets they complete, then commit to Kafka.
+- deliver (``worker.delivery``): publish finished outcomes to Kafka, high lane first,
+  write them to SQL with the offsets they complete, then commit to Kafka.
 Forward passes and SQL writes run in threads, so the Kafka group keeps its heartbeat.
 """
 
@@ -29,8 +29,9 @@ from storage import ResultStore
 from worker.admission import Admission
 from worker.backpressure import paused_topics
 from worker.batcher import Batcher
-from worker.completion import BULK, URGENT, CompletionQueue
+from worker.completion import CompletionQueue
 from worker.config import WorkerSettings
+from worker.delivery import Delivery
 from worker.drift.runtime import Drift
 from worker.executor import BatchRun, Executor, ThreadExecutor
 from worker.inflight import InFlight
@@ -125,10 +126,7 @@ class Worker:
             security=kafka.security,
         )
         self._done = CompletionQueue()
-        # Published chunks waiting for SQL, with whether each holds a bulk slot: when SQL
-        # falls behind, bulk publishing waits for a slot; urgent chunks never wait.
-        self._published: asyncio.Queue[tuple[list[Outcome], bool]] = asyncio.Queue()
-        self._bulk_slots = asyncio.Semaphore(2)
+        self._delivery: Delivery | None = None  # made in start(): it needs the database
         self._wake = asyncio.Event()  # new requests or a free executor slot
         self._intake_lock = asyncio.Lock()  # a rebalance waits for the chunk being admitted
         self._running_batches = 0
@@ -140,7 +138,6 @@ class Worker:
         self._closed = False  # stages cancelled: nothing more may start
         self._tasks: list[asyncio.Task[None]] = []
         self._failed: asyncio.Future[None] | None = None  # a stage's bug, raised by wait()
-        self._writing: asyncio.Future[None] | None = None  # the SQL write under way
         self._models_warm = False
         self._ops = OpsServer(self, self.metrics, settings.ops)
         self._drift: Drift | None = None
@@ -165,7 +162,7 @@ class Worker:
         # What exists now (modules, weights, libraries) lives as long as the process: keep
         # it out of the cyclic collector's full passes, which the request churn triggers.
         gc.freeze()
-        self._sink = Sink(
+        sink = Sink(
             egress=self._egress,
             store=self._store,
             results_topic=s.topics.results,
@@ -173,6 +170,14 @@ class Worker:
             group_id=s.kafka.group_id,
             max_value_bytes=s.kafka.max_message_bytes,
             config=s.sink,
+        )
+        self._delivery = Delivery(
+            sink,
+            self._done,
+            self._tracker,
+            commit=self._ingress.commit,
+            max_chunk=s.sink.max_chunk,
+            on_durable=self._durable,
         )
         names = [*self._lane_of_topic, s.topics.results, s.topics.dead_letters]
         await ensure_topics(
@@ -185,9 +190,7 @@ class Worker:
         self._tasks = [
             asyncio.create_task(self._intake(), name="inferlane-intake"),
             asyncio.create_task(self._schedule(), name="inferlane-schedule"),
-            asyncio.create_task(self._publish(URGENT), name="inferlane-publish-urgent"),
-            asyncio.create_task(self._publish(BULK), name="inferlane-publish"),
-            asyncio.create_task(self._persist(), name="inferlane-persist"),
+            *self._delivery.start(),
         ]
 
     @property
@@ -244,8 +247,8 @@ class Worker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._writing is not None:  # shielded: finish it, or leave it to be replayed
-            await _bounded(deadline, "the SQL write", asyncio.shield(self._writing))
+        if self._delivery is not None:
+            await _bounded(deadline, "the SQL write", self._delivery.finish_write())
         if self._failed is not None and not self._failed.done():
             self._failed.cancel()
         await _bounded(deadline, "leaving the group", self._ingress.stop())
@@ -365,6 +368,9 @@ class Worker:
             # Executors report item failures as values; an exception here is our bug.
             run = future.result()
             self._scheduler.finished(batch, run)
+            late = [p for p, r in zip(batch.items, run.results, strict=True) if r.expired]
+            if late:
+                self._scheduler.expired(late)
             outcomes = completed(batch, run, self._registry.adapter(batch.model))
         except Exception as exc:
             if self._failed is not None and not self._failed.done():
@@ -392,54 +398,7 @@ class Worker:
         if outcomes:
             self._done.put(outcomes)
 
-    async def _publish(self, lanes: tuple[Priority, ...]) -> None:
-        """Stage 1: results and dead letters to Kafka, acknowledged; one task per stream
-        (urgent, bulk), so a high result never waits behind a bulk chunk."""
-        bulk = lanes == BULK
-        while True:
-            chunk = await self._done.take(self.settings.sink.max_chunk, lanes)
-            await self._sink.publish(chunk)
-            if bulk:
-                await self._bulk_slots.acquire()
-            self._published.put_nowait((chunk, bulk))
-
-    async def _persist(self) -> None:
-        """Stage 2: SQL (results, drift, offsets in one transaction), then Kafka commit.
-
-        Runs beside stage 1, so one chunk's SQL write overlaps the next one's produce.
-        Only outcomes already on Kafka count as finished for the offsets.
-        """
-        while True:
-            chunk, slots = await self._take_published()
-            for o in chunk:
-                src = o.record.source
-                self._tracker.finished((src.topic, src.partition), src.offset)
-            offsets = self._tracker.take_commits()
-            # A shutdown lets a started write finish (stop() awaits it): the chunk is then
-            # either durable or replayed, never half-written.
-            self._writing = asyncio.ensure_future(self._make_durable(chunk, offsets))
-            await asyncio.shield(self._writing)
-            for _ in range(slots):
-                self._bulk_slots.release()
-
-    async def _take_published(self) -> tuple[list[Outcome], int]:
-        """Every published chunk waiting, as one; and how many bulk slots they hold."""
-        chunk, bulk = await self._published.get()
-        slots = int(bulk)
-        while not self._published.empty():
-            more, bulk = self._published.get_nowait()
-            chunk.extend(more)
-            slots += bulk
-        return chunk, slots
-
-    async def _make_durable(
-        self, chunk: Sequence[Outcome], offsets: dict[TopicPartitionKey, int]
-    ) -> None:
-        await self._sink.persist(chunk, offsets)
-        try:
-            await self._ingress.commit(offsets)
-        except Exception as exc:  # SQL holds the offsets; Kafka's copy catches up later
-            log.warning("offset commit to Kafka failed (%s); SQL has them", exc)
+    def _durable(self, chunk: Sequence[Outcome]) -> None:
         self.metrics.delivered(chunk)
         self._in_flight.remove(o.record for o in chunk)
         self._progress.set()

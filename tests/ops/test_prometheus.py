@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import subprocess
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from worker.models import ModelRegistry
 from worker.service import Worker
 from worker.workload import digits_requests
 
-from .support import aget, require_binary, until
+from .support import aget, get, require_binary, until
 
 COMPOSE = Path(__file__).parents[2] / "compose"
 DASHBOARD = COMPOSE / "grafana" / "dashboards" / "inferlane.json"
@@ -55,11 +56,23 @@ def prometheus(tmp: Path, worker_port: int) -> Iterator[str]:
          f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
     try:
-        yield f"http://127.0.0.1:{port}"
+        # Its API answers 503 until the TSDB is open: slow on a busy machine.
+        deadline = time.monotonic() + 60
+        while _ready(base) != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        yield base
     finally:
         terminate(proc, grace_s=5)
         log.close()
+
+
+def _ready(base: str) -> int | None:
+    try:
+        return get(f"{base}/-/ready", timeout_s=2)[0]
+    except OSError:  # not listening yet
+        return None
 
 
 async def query(base: str, expr: str) -> dict[str, Any]:

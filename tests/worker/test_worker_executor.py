@@ -147,3 +147,21 @@ def test_a_non_finite_output_fails_only_its_own_request_with_its_own_code() -> N
     errors = [r.error.code if r.error else None for r in run.results]
     assert errors == [None, "non_finite_output", None, None]
     assert [r.outputs["label"] for r in run.results if r.error is None] == [0, 1, 2]  # type: ignore[index]
+
+
+def test_items_whose_deadline_passed_in_the_executor_queue_are_not_computed() -> None:
+    """A batch waits behind a running one; what expired meanwhile comes back expired."""
+    module = Poisonable()
+    fresh, stale = pending(inputs=one_hot(1)), pending(inputs=one_hot(2), deadline_s=0.0)
+    batch = Batch("m", [stale, fresh, stale], formed_s=0.0)
+
+    run = run_batch(lambda name: loaded(module), batch)
+
+    assert [r.expired for r in run.results] == [True, False, True]
+    assert module.calls == [1]  # only the live item ran
+    assert run.results[1].outputs["label"] == 1  # type: ignore[index]
+    assert run.results[0].outputs is None and run.results[0].error is None
+
+    everyone_late = run_batch(lambda name: loaded(module), Batch("m", [stale], formed_s=0.0))
+    assert [r.expired for r in everyone_late.results] == [True]
+    assert module.calls == [1]  # no forward pass at all

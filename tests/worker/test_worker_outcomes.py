@@ -134,3 +134,15 @@ def test_rejected_without_an_id_is_a_dead_letter_only() -> None:
     outcome = rejected(record(b"{"), BadInput("x"), None, None, Priority.NORMAL)
     assert outcome.result is None
     assert outcome.dead_letter is not None and outcome.dead_letter.code == "bad_input"
+
+
+def test_an_item_expired_in_the_executor_queue_ends_expired_without_a_dead_letter() -> None:
+    items = [pending(received_s=9.0, deadline_s=9.5), pending(received_s=9.0)]
+    run = run_of(ItemResult(expired=True), ItemResult(OK_OUT))
+    late, served = completed(Batch("m", items, 10.0), run, classifier())
+
+    assert late.result is not None and late.result.status is Status.EXPIRED
+    assert late.result.error is not None and late.result.error.code == "expired"
+    assert late.result.latency_ms.queue == pytest.approx(1000.0)  # waited until the start
+    assert late.dead_letter is None and late.drift is None
+    assert served.result is not None and served.result.status is Status.OK
