@@ -7,44 +7,16 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from tests.rollout.registries import with_candidates
 from worker.models import CandidateSpec, RegistryFile, candidate_key
 from worker.rollout.plan import Gates, Mode, RolloutPlan
 
-TOML = """
-[[models]]
-name = "digits"
-version = "1"
-format = "export"
-path = "digits.pt2"
-adapter = { kind = "classifier", features = 64, num_classes = 10 }
-
-[[models]]
-name = "diabetes"
-version = "1"
-format = "export"
-path = "diabetes.pt2"
-adapter = { kind = "regressor", features = 10 }
-
-[[candidates]]
-name = "digits"
-version = "2"
-format = "export"
-path = "digits-2.pt2"
-adapter = { kind = "classifier", features = 64, num_classes = 10 }
-
-[candidates.rollout]
-mode = "shadow"
+TOML = with_candidates(
+    """mode = "shadow"
 interval_s = 30
 sample = 0.5
-gates = { max_disagreement = 0.1, min_requests = 20 }
-
-[[candidates]]
-name = "diabetes"
-version = "2"
-format = "export"
-path = "diabetes-2.pt2"
-adapter = { kind = "regressor", features = 10 }
-"""
+gates = { max_disagreement = 0.1, min_requests = 20 }"""
+)
 
 
 def parse(tmp_path: Path, text: str) -> RegistryFile:

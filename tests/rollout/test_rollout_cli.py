@@ -12,43 +12,15 @@ from typer.testing import CliRunner, Result
 
 from storage import make_engine
 from storage.rollouts import RolloutStore
+from tests.rollout.registries import with_candidates
 from worker.cli import app
 
-REGISTRY = """
-[[models]]
-name = "digits"
-version = "1"
-format = "export"
-path = "digits.pt2"
-adapter = { kind = "classifier", features = 64, num_classes = 10 }
-
-[[models]]
-name = "diabetes"
-version = "1"
-format = "export"
-path = "diabetes.pt2"
-adapter = { kind = "regressor", features = 10 }
-
-[[candidates]]
-name = "digits"
-version = "2"
-format = "export"
-path = "digits-2.pt2"
-adapter = { kind = "classifier", features = 64, num_classes = 10 }
-
-[candidates.rollout]
-steps = [10, 50, 100]
+REGISTRY = with_candidates(
+    """steps = [10, 50, 100]
 interval_s = 30
 passes = 3
-gates = { max_disagreement = 0.1 }
-
-[[candidates]]
-name = "diabetes"
-version = "2"
-format = "export"
-path = "diabetes-2.pt2"
-adapter = { kind = "regressor", features = 10 }
-"""
+gates = { max_disagreement = 0.1 }"""
+)
 
 EVENT_KEYS = {"id", "rollout_id", "at", "step", "share", "decision", "gates", "reason"}
 ROLLOUT_KEYS = {
