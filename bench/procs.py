@@ -16,6 +16,15 @@ from worker.broker import terminate
 # (30 s) makes every start wait 15 s. 6 s (the least the worker accepts) joins in 3 s.
 WORKER_ENV = {"INFERLANE_KAFKA__SESSION_TIMEOUT_MS": "6000"}
 
+# The systems under test import this checkout's packages, first on their path: the
+# `inferlane` script alone would import the tree it was installed from (editable), and
+# a bench run in another worktree would then measure that tree's worker.
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _pythonpath() -> str:
+    return os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+
 
 def inferlane_command(
     bootstrap: str, database: Path, *, torch_threads: int, extra: tuple[str, ...] = ()
@@ -59,7 +68,7 @@ class Service:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **WORKER_ENV},
+                env={**os.environ, **WORKER_ENV, "PYTHONPATH": _pythonpath()},
             )
         self.rss = RssSampler(self._proc.pid).start()
         return self

@@ -6,8 +6,11 @@
 - ``drift``: drift windows and references (``INFERLANE_DRIFT__ENABLED``), with the HTTP
   surface off on both sides.
 
-Runs alternate off, on, on, off so that a drift in machine load over the scenario
-weighs on both sides alike; each side's throughput is the mean of its two runs.
+Runs come in ``plan.overhead_pairs`` pairs (quick 3, full 5), off and on back to back,
+the order alternating (off-on, on-off, ...) so that a drift in machine load weighs on
+both sides alike. The overhead is the **median of the pairs' on/off ratios**, with
+their min and max: one pair hit by a burst of other work on the machine moves the
+spread, not the figure. Each side's throughput is the median of its runs.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import statistics
 import urllib.request
 
 from bench.scenarios import throughput
@@ -61,22 +65,33 @@ async def _one(ctx: Context, feature: str, on: bool) -> Measured:
     return measured
 
 
-def _mean(runs: list[Measured], system: str) -> Measured:
+def _median(runs: list[Measured], system: str, **extra: object) -> Measured:
     first = runs[0]
     return dataclasses.replace(
         first,
         system=system,
-        throughput_rps=sum(m.throughput_rps for m in runs) / len(runs),
-        extra={**first.extra, "runs_rps": [round(m.throughput_rps, 1) for m in runs]},
+        throughput_rps=statistics.median(m.throughput_rps for m in runs),
+        extra={**first.extra, "runs_rps": [round(m.throughput_rps, 1) for m in runs], **extra},
     )
 
 
 def run(ctx: Context, feature: str) -> list[Measured]:
     off: list[Measured] = []
     on: list[Measured] = []
-    for is_on in (False, True, True, False):
-        (on if is_on else off).append(asyncio.run(_one(ctx, feature, is_on)))
-    result = [_mean(off, f"inferlane-{feature}-off"), _mean(on, f"inferlane-{feature}-on")]
-    ratio = result[1].throughput_rps / result[0].throughput_rps
-    ctx.say(f"  {feature} on over off: {ratio:.3f} (overhead {1 - ratio:+.1%})")
-    return result
+    ratios: list[float] = []
+    for k in range(ctx.plan.overhead_pairs):
+        order = (False, True) if k % 2 == 0 else (True, False)
+        pair = {is_on: asyncio.run(_one(ctx, feature, is_on)) for is_on in order}
+        off.append(pair[False])
+        on.append(pair[True])
+        ratios.append(pair[True].throughput_rps / pair[False].throughput_rps)
+    median = statistics.median(ratios)
+    ctx.say(
+        f"  {feature} on over off: median {median:.3f} of {len(ratios)} pairs "
+        f"(min {min(ratios):.3f}, max {max(ratios):.3f}; overhead {1 - median:+.1%})"
+    )
+    pair_ratios = [round(r, 4) for r in ratios]
+    return [
+        _median(off, f"inferlane-{feature}-off"),
+        _median(on, f"inferlane-{feature}-on", pair_ratios=pair_ratios),
+    ]
