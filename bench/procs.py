@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+import psutil
+
 from bench.measure import RssSampler
 from worker.broker import terminate
 
@@ -77,6 +79,11 @@ class Service:
     def pid(self) -> int:
         assert self._proc is not None
         return self._proc.pid
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system, all threads) the process has used so far."""
+        times = psutil.Process(self.pid).cpu_times()
+        return float(times.user + times.system)
 
     def check_alive(self) -> None:
         if self._proc is not None and self._proc.poll() is not None:

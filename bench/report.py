@@ -88,14 +88,17 @@ def ratios(scenarios: dict[str, Any]) -> dict[str, dict[str, float | None]]:
 
 
 def _overhead(feature: str, on: dict[str, Any] | None) -> dict[str, float | None]:
-    """The median of the on/off pair ratios, and when run, their min and max."""
+    """The median of the on/off pair ratios of throughput, and when run, their min and
+    max, and the median pair ratio of CPU time per request."""
     if on is None:
         return {f"{feature}_on_over_off": None}
     pairs = on["extra"]["pair_ratios"]
+    cpu = [r for r in on["extra"]["pair_cpu_ratios"] if r is not None]
     return {
         f"{feature}_on_over_off": statistics.median(pairs),
         f"{feature}_on_over_off_min": min(pairs),
         f"{feature}_on_over_off_max": max(pairs),
+        f"{feature}_cpu_per_request_on_over_off": statistics.median(cpu) if cpu else None,
     }
 
 
