@@ -1,16 +1,17 @@
 """``DriftTracker``: the worker's drift windows, flushed to SQL and judged when closed.
 
-The event loop only queues finished batches (``observe``); every tick (0.1 s) a task
-hands what gathered to a thread in one hop, which adds it to the in-memory windows and,
-every ``flush_s``, writes the counts (one transaction), stores new references, and
-evaluates the windows that closed. A crash loses at most the counts not yet flushed:
-windows are a statistic, not a ledger.
+The event loop only queues finished batches (``observe``, one put); the tracker's own
+thread takes each at once, adds it to the in-memory windows, and every ``flush_s``
+writes the counts (one transaction), stores new references, and evaluates the windows
+that closed. A crash loses at most the counts not yet flushed: windows are a
+statistic, not a ledger.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -40,9 +41,7 @@ log = logging.getLogger(__name__)
 
 Thresholds = Callable[[str], DriftThresholds]
 
-# Batches gather this long on the event loop, then cross to the thread together: one
-# hop per tick instead of one per batch (tens a second at full load).
-_TICK_S = 0.1
+Queued = tuple[Batch, list[Outcome], datetime]
 
 
 class DriftTracker:
@@ -67,61 +66,60 @@ class DriftTracker:
         self._metrics = metrics
         self._run_reference = run_reference
         self._checks: list[ReferenceCheck] = []  # not yet stored
-        self._queue: list[tuple[Batch, list[Outcome], datetime]] = []
+        # Its own thread, not a hop per batch through asyncio.to_thread: a put is all the
+        # event loop does, and the batch is counted while its objects are still in cache.
+        self._queue: queue.SimpleQueue[Queued | None] = queue.SimpleQueue()  # None: stop
         self._open: set[WindowKey] = set()  # windows with counts, not yet judged closed
-        self._task: asyncio.Task[None] | None = None
-        # A cancelled await leaves its thread running: stop() must not overlap with it.
-        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
 
     def observe(self, batch: Batch, outcomes: list[Outcome]) -> None:
         """On the event loop: queue only; the work happens in the tracker's thread."""
-        self._queue.append((batch, outcomes, datetime.now(UTC)))
+        self._queue.put((batch, outcomes, datetime.now(UTC)))
 
     async def start(self) -> None:
         self._acc.references = await asyncio.to_thread(load_references, self._engine)
-        self._task = asyncio.create_task(self._run(), name="inferlane-drift")
+        self._thread = threading.Thread(target=self._run, name="inferlane-drift", daemon=True)
+        self._thread.start()
 
     async def stop(self) -> None:
-        """Flush what is queued and judge every window touched, closed or not."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        queued, self._queue = self._queue, []
+        """Count what is queued, then flush and judge every window touched, closed or not."""
+        if self._thread is not None:
+            self._queue.put(None)  # after every batch queued so far
+            await asyncio.to_thread(self._thread.join)
         try:
-            await asyncio.to_thread(self.absorb, queued)
             await asyncio.to_thread(self.flush, final=True)
         except Exception:  # the worker's shutdown goes on: these are statistics
             log.exception("drift windows: last flush failed")
 
-    async def _run(self) -> None:
+    def _run(self) -> None:
+        """The tracker's thread: each batch as it comes, a flush every ``flush_s``."""
         next_flush = time.monotonic() + self._flush_s
-        tick_s = min(_TICK_S, self._flush_s)
         while True:
-            await asyncio.sleep(tick_s)
-            queued, self._queue = self._queue, []
-            due = time.monotonic() >= next_flush
-            if due:
-                next_flush = time.monotonic() + self._flush_s
-            if not (queued or due):
-                continue
             try:
-                await asyncio.to_thread(self._step, queued, due)
+                if not self._take(timeout=max(0.0, next_flush - time.monotonic())):
+                    return  # stop() flushes last
+                if time.monotonic() >= next_flush:
+                    next_flush = time.monotonic() + self._flush_s
+                    self.flush(final=False)
             except Exception:  # unflushed counts stay in memory: written at the next flush
                 log.exception("drift windows: update failed")
 
-    def _step(self, queued: list[tuple[Batch, list[Outcome], datetime]], flush: bool) -> None:
-        """Thread side, one hop: count the batches, then flush when due."""
-        with self._lock:
-            self._absorb(queued)
-            if flush:
-                self._flush(final=False)
+    def _take(self, timeout: float) -> bool:
+        """Count the next batch if one comes within ``timeout``; False at stop().
 
-    def absorb(self, queued: list[tuple[Batch, list[Outcome], datetime]]) -> None:
+        Holds no batch after it returns: each is freed where its last user lets go.
+        """
+        try:
+            queued = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return True
+        if queued is None:
+            return False
+        self.absorb([queued])
+        return True
+
+    def absorb(self, queued: list[Queued]) -> None:
         """Thread side: count finished batches (and run the sampled reference checks)."""
-        with self._lock:
-            self._absorb(queued)
-
-    def _absorb(self, queued: list[tuple[Batch, list[Outcome], datetime]]) -> None:
         for batch, outcomes, at in queued:
             obs = observe(batch, outcomes, self._adapter_for(batch.model))
             if obs is not None:
@@ -154,10 +152,6 @@ class DriftTracker:
     def flush(self, *, final: bool) -> None:
         """Blocking: write the counts, store new references, judge closed windows (every
         window touched when ``final``)."""
-        with self._lock:
-            self._flush(final)
-
-    def _flush(self, final: bool) -> None:
         deltas, refs = self._acc.take()
         checks, self._checks = self._checks, []
         try:
