@@ -1,19 +1,19 @@
 """``DriftTracker``: the worker's drift windows, flushed to SQL and judged when closed.
 
-The event loop only queues finished batches (``observe``, one put); the tracker's own
-thread takes each at once, adds it to the in-memory windows, and every ``flush_s``
-writes the counts (one transaction), stores new references, and evaluates the windows
-that closed. A crash loses at most the counts not yet flushed: windows are a
-statistic, not a ledger.
+The event loop only appends finished batches to a deque (``observe``); the tracker's
+own thread takes them every 10 ms, adds them to the in-memory windows, and every
+``flush_s`` writes the counts (one transaction), stores new references, and evaluates
+the windows that closed. A crash loses at most the counts not yet flushed: windows are
+a statistic, not a ledger.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -43,6 +43,12 @@ Thresholds = Callable[[str], DriftThresholds]
 
 Queued = tuple[Batch, list[Outcome], datetime]
 
+# How often the tracker's thread looks for finished batches. Polling keeps the event
+# loop's part to an append: a to_thread hop or a thread wake-up per batch cost the loop
+# more than the counting itself costs (py-spy --gil); 10 ms is soon enough that a
+# batch's objects are still in cache when it is counted.
+_POLL_S = 0.01
+
 
 class DriftTracker:
     def __init__(
@@ -66,15 +72,14 @@ class DriftTracker:
         self._metrics = metrics
         self._run_reference = run_reference
         self._checks: list[ReferenceCheck] = []  # not yet stored
-        # Its own thread, not a hop per batch through asyncio.to_thread: a put is all the
-        # event loop does, and the batch is counted while its objects are still in cache.
-        self._queue: queue.SimpleQueue[Queued | None] = queue.SimpleQueue()  # None: stop
+        self._queue: deque[Queued] = deque()  # appended on the loop, taken in the thread
         self._open: set[WindowKey] = set()  # windows with counts, not yet judged closed
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     def observe(self, batch: Batch, outcomes: list[Outcome]) -> None:
         """On the event loop: queue only; the work happens in the tracker's thread."""
-        self._queue.put((batch, outcomes, datetime.now(UTC)))
+        self._queue.append((batch, outcomes, datetime.now(UTC)))
 
     async def start(self) -> None:
         self._acc.references = await asyncio.to_thread(load_references, self._engine)
@@ -84,39 +89,31 @@ class DriftTracker:
     async def stop(self) -> None:
         """Count what is queued, then flush and judge every window touched, closed or not."""
         if self._thread is not None:
-            self._queue.put(None)  # after every batch queued so far
+            self._stopping.set()
             await asyncio.to_thread(self._thread.join)
         try:
+            await asyncio.to_thread(self._absorb_queued)  # what came after the thread's last
             await asyncio.to_thread(self.flush, final=True)
         except Exception:  # the worker's shutdown goes on: these are statistics
             log.exception("drift windows: last flush failed")
 
     def _run(self) -> None:
-        """The tracker's thread: each batch as it comes, a flush every ``flush_s``."""
+        """The tracker's thread: the queued batches every ``_POLL_S``, a flush every
+        ``flush_s``, until stop()."""
         next_flush = time.monotonic() + self._flush_s
-        while True:
+        while not self._stopping.wait(_POLL_S):
             try:
-                if not self._take(timeout=max(0.0, next_flush - time.monotonic())):
-                    return  # stop() flushes last
+                self._absorb_queued()
                 if time.monotonic() >= next_flush:
                     next_flush = time.monotonic() + self._flush_s
                     self.flush(final=False)
             except Exception:  # unflushed counts stay in memory: written at the next flush
                 log.exception("drift windows: update failed")
 
-    def _take(self, timeout: float) -> bool:
-        """Count the next batch if one comes within ``timeout``; False at stop().
-
-        Holds no batch after it returns: each is freed where its last user lets go.
-        """
-        try:
-            queued = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return True
-        if queued is None:
-            return False
-        self.absorb([queued])
-        return True
+    def _absorb_queued(self) -> None:
+        # One at a time, holding none after: each is freed where its last user lets go.
+        while self._queue:
+            self.absorb([self._queue.popleft()])
 
     def absorb(self, queued: list[Queued]) -> None:
         """Thread side: count finished batches (and run the sampled reference checks)."""
