@@ -19,6 +19,7 @@ class Plan:
     low_load_rate_hz: dict[str, float]
     low_load_s: float
     soak_requests: int
+    overhead_pairs: int  # off/on pairs per feature in an overhead scenario (--only ops,drift)
     systems: tuple[str, ...] = ("naive", "threadpool", "inferlane")
     # Scenarios run when ``--only`` is not given.
     default_scenarios: tuple[str, ...] = (
@@ -40,6 +41,7 @@ SMOKE = Plan(
     low_load_rate_hz={"digits": 10},
     low_load_s=1.0,
     soak_requests=1000,
+    overhead_pairs=1,
     timeout_s=60.0,
     # Seconds, for CI: one of each kind of Kafka system (each start costs ~6 s).
     default_scenarios=("ceiling", "naive", "threadpool", "inferlane"),
@@ -59,6 +61,7 @@ QUICK = Plan(
     low_load_rate_hz={"digits": 20, "minilm": 5},
     low_load_s=3.0,
     soak_requests=12_000,
+    overhead_pairs=3,
     timeout_s=60.0,
 )
 
@@ -78,6 +81,7 @@ FULL = Plan(
     low_load_rate_hz={"digits": 20, "minilm": 5},
     low_load_s=20.0,
     soak_requests=200_000,
+    overhead_pairs=5,
     timeout_s=600.0,
 )
 

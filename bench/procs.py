@@ -9,12 +9,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+import psutil
+
 from bench.measure import RssSampler
 from worker.broker import terminate
 
 # Tansu holds a group's first join for half the session timeout: the worker's default
 # (30 s) makes every start wait 15 s. 6 s (the least the worker accepts) joins in 3 s.
 WORKER_ENV = {"INFERLANE_KAFKA__SESSION_TIMEOUT_MS": "6000"}
+
+# The systems under test import this checkout's packages, first on their path: the
+# `inferlane` script alone would import the tree it was installed from (editable), and
+# a bench run in another worktree would then measure that tree's worker.
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _pythonpath() -> str:
+    return os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
 
 
 def inferlane_command(
@@ -59,7 +70,7 @@ class Service:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **WORKER_ENV},
+                env={**os.environ, **WORKER_ENV, "PYTHONPATH": _pythonpath()},
             )
         self.rss = RssSampler(self._proc.pid).start()
         return self
@@ -68,6 +79,11 @@ class Service:
     def pid(self) -> int:
         assert self._proc is not None
         return self._proc.pid
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system, all threads) the process has used so far."""
+        times = psutil.Process(self.pid).cpu_times()
+        return float(times.user + times.system)
 
     def check_alive(self) -> None:
         if self._proc is not None and self._proc.poll() is not None:

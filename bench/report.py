@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ TARGETS: tuple[tuple[str, str, float], ...] = (
     ("minilm.inferlane_over_threadpool", ">=", 2.5),
     ("digits.inferlane_rps", ">=", 5000.0),
     ("digits.inferlane_over_naive", ">=", 10.0),
+    ("digits.drift_on_over_off", ">=", 0.95),  # issue 9: drift costs under 5%
     ("soak.rss_growth_after_warm_up", "<", 0.05),
 )
 
@@ -65,13 +67,9 @@ def ratios(scenarios: dict[str, Any]) -> dict[str, dict[str, float | None]]:
             "inferlane_over_naive": _div(mine, rps.get("naive")),
             "inferlane_over_threadpool": _div(mine, rps.get("threadpool")),
             "threadpool_over_naive": _div(rps.get("threadpool"), rps.get("naive")),
-            **{
-                f"{f}_on_over_off": _div(
-                    rps.get(f"inferlane-{f}-on"), rps.get(f"inferlane-{f}-off")
-                )
-                for f in overhead.FEATURES
-            },
         }
+        for f in overhead.FEATURES:
+            out[model].update(_overhead(f, systems.get(f"inferlane-{f}-on")))
     prio = scenarios["priority"]
     lanes, fifo = prio.get("inferlane-lanes"), prio.get("inferlane-single-lane")
     if lanes and fifo:
@@ -87,6 +85,21 @@ def ratios(scenarios: dict[str, Any]) -> dict[str, dict[str, float | None]]:
             "rss_growth_after_warm_up": extra["rss_growth"],
         }
     return out
+
+
+def _overhead(feature: str, on: dict[str, Any] | None) -> dict[str, float | None]:
+    """The median of the on/off pair ratios of throughput, and when run, their min and
+    max, and the median pair ratio of CPU time per request."""
+    if on is None:
+        return {f"{feature}_on_over_off": None}
+    pairs = on["extra"]["pair_ratios"]
+    cpu = [r for r in on["extra"]["pair_cpu_ratios"] if r is not None]
+    return {
+        f"{feature}_on_over_off": statistics.median(pairs),
+        f"{feature}_on_over_off_min": min(pairs),
+        f"{feature}_on_over_off_max": max(pairs),
+        f"{feature}_cpu_per_request_on_over_off": statistics.median(cpu) if cpu else None,
+    }
 
 
 def targets(ratio: dict[str, dict[str, float | None]]) -> dict[str, dict[str, Any]]:

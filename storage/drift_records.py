@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+
+import numpy as np
 
 CATEGORICAL = "categorical"
 NUMERIC = "numeric"
 OUTPUT = "output"  # series: the prediction (class label or number)
 INPUT = "input"  # series: the mean of a numeric input's features
+WRONG_ABOVE = 0.5  # a labelled row is wrong when |output - expected| exceeds this
 
 
 def as_utc(value: datetime) -> datetime:
@@ -43,8 +47,15 @@ class WindowDelta:
 
     def add_label(self, abs_error: float) -> None:
         self.labelled += 1
-        self.wrong += abs_error > 0.5
+        self.wrong += abs_error > WRONG_ABOVE
         self.abs_error_sum += abs_error
+
+    def add_labels(self, abs_errors: Sequence[float] | np.ndarray) -> None:
+        """``add_label`` for each, in whole-array steps (a batch's labelled rows)."""
+        errors = np.asarray(abs_errors, dtype=np.float64)
+        self.labelled += len(errors)
+        self.wrong += int(np.count_nonzero(errors > WRONG_ABOVE))
+        self.abs_error_sum += float(errors.sum())
 
     def add_bins(self, series: str, counts: list[int]) -> None:
         for i, n in enumerate(counts):

@@ -6,8 +6,13 @@
 - ``drift``: drift windows and references (``INFERLANE_DRIFT__ENABLED``), with the HTTP
   surface off on both sides.
 
-Runs alternate off, on, on, off so that a drift in machine load over the scenario
-weighs on both sides alike; each side's throughput is the mean of its two runs.
+Runs come in ``plan.overhead_pairs`` pairs (quick 3, full 5), off and on back to back,
+the order alternating (off-on, on-off, ...) so that a drift in machine load weighs on
+both sides alike. The overhead is the **median of the pairs' on/off ratios**, with
+their min and max: one pair hit by a burst of other work on the machine moves the
+spread, not the figure. Each side's throughput is the median of its runs. Beside it,
+the same median for the worker's CPU time per request (on over off), which other work
+on a shared machine disturbs far less than the rate.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import statistics
 import urllib.request
 
 from bench.scenarios import throughput
@@ -61,22 +67,50 @@ async def _one(ctx: Context, feature: str, on: bool) -> Measured:
     return measured
 
 
-def _mean(runs: list[Measured], system: str) -> Measured:
+def _median(runs: list[Measured], system: str, **extra: object) -> Measured:
     first = runs[0]
     return dataclasses.replace(
         first,
         system=system,
-        throughput_rps=sum(m.throughput_rps for m in runs) / len(runs),
-        extra={**first.extra, "runs_rps": [round(m.throughput_rps, 1) for m in runs]},
+        throughput_rps=statistics.median(m.throughput_rps for m in runs),
+        extra={**first.extra, "runs_rps": [round(m.throughput_rps, 1) for m in runs], **extra},
     )
 
 
 def run(ctx: Context, feature: str) -> list[Measured]:
     off: list[Measured] = []
     on: list[Measured] = []
-    for is_on in (False, True, True, False):
-        (on if is_on else off).append(asyncio.run(_one(ctx, feature, is_on)))
-    result = [_mean(off, f"inferlane-{feature}-off"), _mean(on, f"inferlane-{feature}-on")]
-    ratio = result[1].throughput_rps / result[0].throughput_rps
-    ctx.say(f"  {feature} on over off: {ratio:.3f} (overhead {1 - ratio:+.1%})")
-    return result
+    for k in range(ctx.plan.overhead_pairs):
+        order = (False, True) if k % 2 == 0 else (True, False)
+        pair = {is_on: asyncio.run(_one(ctx, feature, is_on)) for is_on in order}
+        off.append(pair[False])
+        on.append(pair[True])
+    ratios = [b.throughput_rps / a.throughput_rps for a, b in zip(off, on, strict=True)]
+    cpu = [_cpu_ratio(a, b) for a, b in zip(off, on, strict=True)]
+    median = statistics.median(ratios)
+    ctx.say(
+        f"  {feature} on over off: median {median:.3f} of {len(ratios)} pairs "
+        f"(min {min(ratios):.3f}, max {max(ratios):.3f}; overhead {1 - median:+.1%}); "
+        f"CPU per request on over off: median {_fmt(cpu)}"
+    )
+    return [
+        _median(off, f"inferlane-{feature}-off"),
+        _median(
+            on,
+            f"inferlane-{feature}-on",
+            pair_ratios=[round(r, 4) for r in ratios],
+            pair_cpu_ratios=[None if r is None else round(r, 4) for r in cpu],
+        ),
+    ]
+
+
+def _cpu_ratio(off: Measured, on: Measured) -> float | None:
+    a, b = off.extra.get("cpu_us_per_request"), on.extra.get("cpu_us_per_request")
+    return b / a if a and b else None
+
+
+def _fmt(ratios: list[float | None]) -> str:
+    known = [r for r in ratios if r is not None]
+    if not known:
+        return "-"
+    return f"{statistics.median(known):.3f} (min {min(known):.3f}, max {max(known):.3f})"

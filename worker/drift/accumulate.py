@@ -55,8 +55,8 @@ class WindowAccumulator:
         key = WindowKey(obs.model, obs.model_version, window_start(at, self.window_s))
         delta = self._delta(key)
         delta.rows += obs.rows
-        for abs_error in obs.abs_errors:
-            delta.add_label(abs_error)
+        if len(obs.abs_errors):
+            delta.add_labels(obs.abs_errors)
         if obs.output_kind is not None and len(obs.outputs):
             self._add_series(key, OUTPUT, obs.output_kind, obs.classes, obs.outputs)
         if len(obs.inputs):

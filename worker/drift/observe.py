@@ -29,28 +29,41 @@ class Observation:
 
 def observe(batch: Batch, outcomes: Sequence[Outcome], adapter: Adapter) -> Observation | None:
     """None when no item of the batch succeeded."""
-    ok = [
-        (pending, o)
-        for pending, o in zip(batch.items, outcomes, strict=True)
-        if o.result is not None and o.result.status == Status.OK
-    ]
-    if not ok:
+    # One pass over the items, then whole-batch numpy: this runs for every request served.
+    items: list[np.ndarray] = []
+    outputs: list[object] = []
+    abs_errors: list[float] = []
+    first = None
+    for pending, o in zip(batch.items, outcomes, strict=True):
+        result = o.result
+        if result is None or result.status != Status.OK:
+            continue
+        if first is None:
+            first = result
+        items.append(pending.item)
+        outputs.append(result.outputs)
+        if o.drift is not None:
+            abs_errors.append(abs(o.drift[0] - o.drift[1]))
+    if first is None:
         return None
-    first = ok[0][1].result
-    assert first is not None
-    kind, classes, outputs = _outputs(adapter, [o.result.outputs for _, o in ok if o.result])
+    kind, classes, output_values = _outputs(adapter, outputs)
     numeric_inputs = isinstance(adapter, ClassifierAdapter | RegressorAdapter)
-    inputs = np.stack([p.item for p, _ in ok]).mean(axis=1) if numeric_inputs else np.empty(0)
     return Observation(
         model=first.model,
         model_version=first.model_version or "",
-        rows=len(ok),
+        rows=len(items),
         output_kind=kind,
         classes=classes,
-        outputs=outputs,
-        inputs=inputs,
-        abs_errors=[abs(o.drift[0] - o.drift[1]) for _, o in ok if o.drift is not None],
+        outputs=output_values,
+        inputs=_row_means(items) if numeric_inputs else np.empty(0),
+        abs_errors=abs_errors,
     )
+
+
+def _row_means(items: list[np.ndarray]) -> np.ndarray:
+    """The mean of each item's features (items: flat arrays of one length)."""
+    # As np.stack, and as strict about shapes, but without its Python step per item.
+    return np.array(items).mean(axis=1)
 
 
 def _outputs(adapter: Adapter, outputs: list[object]) -> tuple[str | None, int, np.ndarray]:

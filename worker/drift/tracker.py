@@ -1,18 +1,19 @@
 """``DriftTracker``: the worker's drift windows, flushed to SQL and judged when closed.
 
-The event loop only queues finished batches (``observe``); a task takes them in a
-thread, adds them to the in-memory windows, and every ``flush_s`` writes the counts
-(one transaction), stores new references, and evaluates the windows that closed. A
-crash loses at most the counts not yet flushed: windows are a statistic, not a ledger.
+The event loop only appends finished batches to a deque (``observe``); the tracker's
+own thread takes them every 10 ms, adds them to the in-memory windows, and every
+``flush_s`` writes the counts (one transaction), stores new references, and evaluates
+the windows that closed. A crash loses at most the counts not yet flushed: windows are
+a statistic, not a ledger.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -40,6 +41,14 @@ log = logging.getLogger(__name__)
 
 Thresholds = Callable[[str], DriftThresholds]
 
+Queued = tuple[Batch, list[Outcome], datetime]
+
+# How often the tracker's thread looks for finished batches. Polling keeps the event
+# loop's part to an append: a to_thread hop or a thread wake-up per batch cost the loop
+# more than the counting itself costs (py-spy --gil); 10 ms is soon enough that a
+# batch's objects are still in cache when it is counted.
+_POLL_S = 0.01
+
 
 class DriftTracker:
     def __init__(
@@ -63,57 +72,51 @@ class DriftTracker:
         self._metrics = metrics
         self._run_reference = run_reference
         self._checks: list[ReferenceCheck] = []  # not yet stored
-        self._queue: list[tuple[Batch, list[Outcome], datetime]] = []
-        self._ready = asyncio.Event()
+        self._queue: deque[Queued] = deque()  # appended on the loop, taken in the thread
         self._open: set[WindowKey] = set()  # windows with counts, not yet judged closed
-        self._task: asyncio.Task[None] | None = None
-        # A cancelled await leaves its thread running: stop() must not overlap with it.
-        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     def observe(self, batch: Batch, outcomes: list[Outcome]) -> None:
         """On the event loop: queue only; the work happens in the tracker's thread."""
         self._queue.append((batch, outcomes, datetime.now(UTC)))
-        self._ready.set()
 
     async def start(self) -> None:
         self._acc.references = await asyncio.to_thread(load_references, self._engine)
-        self._task = asyncio.create_task(self._run(), name="inferlane-drift")
+        self._thread = threading.Thread(target=self._run, name="inferlane-drift", daemon=True)
+        self._thread.start()
 
     async def stop(self) -> None:
-        """Flush what is queued and judge every window touched, closed or not."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        queued, self._queue = self._queue, []
+        """Count what is queued, then flush and judge every window touched, closed or not."""
+        if self._thread is not None:
+            self._stopping.set()
+            await asyncio.to_thread(self._thread.join)
         try:
-            await asyncio.to_thread(self.absorb, queued)
+            await asyncio.to_thread(self._absorb_queued)  # what came after the thread's last
             await asyncio.to_thread(self.flush, final=True)
         except Exception:  # the worker's shutdown goes on: these are statistics
             log.exception("drift windows: last flush failed")
 
-    async def _run(self) -> None:
+    def _run(self) -> None:
+        """The tracker's thread: the queued batches every ``_POLL_S``, a flush every
+        ``flush_s``, until stop()."""
         next_flush = time.monotonic() + self._flush_s
-        while True:
-            timeout = max(0.0, next_flush - time.monotonic())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), timeout)
-            self._ready.clear()
-            queued, self._queue = self._queue, []
+        while not self._stopping.wait(_POLL_S):
             try:
-                if queued:
-                    await asyncio.to_thread(self.absorb, queued)
+                self._absorb_queued()
                 if time.monotonic() >= next_flush:
                     next_flush = time.monotonic() + self._flush_s
-                    await asyncio.to_thread(self.flush, final=False)
+                    self.flush(final=False)
             except Exception:  # unflushed counts stay in memory: written at the next flush
                 log.exception("drift windows: update failed")
 
-    def absorb(self, queued: list[tuple[Batch, list[Outcome], datetime]]) -> None:
-        """Thread side: count finished batches (and run the sampled reference checks)."""
-        with self._lock:
-            self._absorb(queued)
+    def _absorb_queued(self) -> None:
+        # One at a time, holding none after: each is freed where its last user lets go.
+        while self._queue:
+            self.absorb([self._queue.popleft()])
 
-    def _absorb(self, queued: list[tuple[Batch, list[Outcome], datetime]]) -> None:
+    def absorb(self, queued: list[Queued]) -> None:
+        """Thread side: count finished batches (and run the sampled reference checks)."""
         for batch, outcomes, at in queued:
             obs = observe(batch, outcomes, self._adapter_for(batch.model))
             if obs is not None:
@@ -146,10 +149,6 @@ class DriftTracker:
     def flush(self, *, final: bool) -> None:
         """Blocking: write the counts, store new references, judge closed windows (every
         window touched when ``final``)."""
-        with self._lock:
-            self._flush(final)
-
-    def _flush(self, final: bool) -> None:
         deltas, refs = self._acc.take()
         checks, self._checks = self._checks, []
         try:
