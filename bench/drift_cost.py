@@ -13,6 +13,7 @@ import time
 from datetime import UTC, datetime
 
 import numpy as np
+from pydantic import JsonValue
 
 from consumers.contract import InferenceRequest, Priority
 from consumers.records import RawRecord, SourceRef
@@ -36,7 +37,7 @@ def digits_batch(n: int) -> tuple[Batch, BatchRun, ClassifierAdapter]:
         items.append(
             Pending(request, adapter.prepare(request.inputs), 1, Priority.NORMAL, record, None)
         )
-    probs = [float(p) for p in np.full(10, 0.1)]
+    probs: list[JsonValue] = [float(p) for p in np.full(10, 0.1)]
     results = [ItemResult(outputs={"label": i % 10, "probs": probs}) for i in range(n)]
     return Batch("digits", items, 0.0), BatchRun(results, "1", 0.0, 0.001), adapter
 

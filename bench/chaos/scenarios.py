@@ -222,8 +222,9 @@ def hung_model(workdir: Path, sizes: Sizes) -> Row:
 
 
 def _hang_request(i: int, *, hangs: bool) -> Record:
-    body = {"request_id": f"hang-{i}", "model": "hang", "inputs": [7.0 if hangs else i, 1, 2, 3]}
-    return body["request_id"].encode(), orjson.dumps(body)
+    request_id = f"hang-{i}"
+    body = {"request_id": request_id, "model": "hang", "inputs": [7.0 if hangs else i, 1, 2, 3]}
+    return request_id.encode(), orjson.dumps(body)
 
 
 SCENARIOS = {
