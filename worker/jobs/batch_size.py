@@ -1,0 +1,70 @@
+"""A job's batch size: the worker's batch controller, climbing a throughput curve.
+
+A local job is a backlog from its first batch to its last, so the controller's
+"backlog with a busy device" rule applies throughout: it hill-climbs the measured curve
+(exploring double, half and one step either way) and settles on the size with the most
+items/s. No request waits behind a job's batch, so there is no latency target.
+``--batch-size`` pins the size instead (the controller's ``fixed`` policy).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from worker.scheduling.controller import BatchController, Observation
+from worker.scheduling.curve import ThroughputCurve
+from worker.scheduling.params import ControllerParams
+
+# A decision costs ~0.1 ms: one after every batch of a text model, one after every few
+# sub-millisecond batches of a small numeric model.
+DECIDE_EVERY_S = 0.01
+
+
+class BatchSizer:
+    def __init__(
+        self,
+        params: ControllerParams,
+        max_batch: int,
+        *,
+        fixed: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if fixed is not None:
+            self._controller = BatchController(params, fixed, policy="fixed")
+        else:
+            unbounded = params.model_copy(update={"latency_target_ms": math.inf})
+            self._controller = BatchController(unbounded, max_batch)
+        self.max_cost = params.max_batch_cost  # the batcher's padded size cap, shared
+        self.curve = ThroughputCurve()
+        self.batches: Counter[int] = Counter()  # forward passes per size, for the summary
+        self._clock = clock
+        self._reference: int | None = None
+        self._since = clock()
+        self._busy_s = 0.0
+        self._ran = 0
+
+    @property
+    def size(self) -> int:
+        return self._controller.cap
+
+    def ran(self, size: int, widest: int, compute_s: float, waiting: int) -> None:
+        """A batch of ``size`` items, the costliest ``widest``, took ``compute_s``;
+        ``waiting`` rows of the job are still to score."""
+        now = self._clock()
+        self.batches[size] += 1
+        # A length-sorted window runs from its shortest text to its longest, so a size
+        # measured early would look faster than one measured late: times are scaled to
+        # one padded width (the first batch's), and sizes compare on their own merits.
+        if self._reference is None:
+            self._reference = widest
+        self.curve.record(size, compute_s * self._reference / max(widest, 1), now)
+        self._busy_s += compute_s
+        self._ran += 1
+        elapsed = now - self._since
+        if elapsed >= DECIDE_EVERY_S:
+            utilization = min(1.0, self._busy_s / elapsed)
+            self._controller.decide(Observation(now, utilization, waiting, self._ran), self.curve)
+            self._since, self._busy_s, self._ran = now, 0.0, 0
