@@ -2,10 +2,8 @@
 
 - digits over a Parquet file (1,000,000 rows): Parquet → Parquet, then with the SQLite
   result and drift rows written too;
-- minilm over a Parquet file of 20,000 sentences, against the ceiling (the model's own
-  forward pass over the same sentences, sorted by length, pre-tokenized) at its best
-  batch size, measured before and after each of ``--rounds`` jobs; the job picks its
-  own batch size (the batch controller);
+- minilm over a Parquet file of 20,000 sentences against the ceiling at its best batch
+  size, measured between the job's windows (``bench.jobs_minilm``), ``--rounds`` times;
 - ``kill -9`` of ``inferlane score`` at about half of a 200,000-row job, then the same
   command again: every row exactly once, and the rows scored twice counted.
 
@@ -17,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,7 @@ import pyarrow.parquet as pq
 import torch
 from sqlalchemy import text
 
-from bench import jobs_scaleout, workloads
+from bench import jobs_minilm, jobs_scaleout
 from storage import ResultStore, make_engine
 from storage.jobs import JobStore
 from worker.jobs.local import LocalJob
@@ -56,11 +54,6 @@ def digits_parquet(path: Path, n: int) -> Path:
     return path
 
 
-def sentences_parquet(path: Path, n: int) -> Path:
-    pq.write_table(pa.table({"text": workloads.texts(n)}), path)
-    return path
-
-
 def timed_job(
     registry: ModelRegistry, work: Path, name: str, **params: Any
 ) -> tuple[float, dict[str, Any]]:
@@ -72,14 +65,14 @@ def timed_job(
         started = time.perf_counter()
         record = job.run()
         elapsed = time.perf_counter() - started
-    batches = job.sizer.batches if job.sizer else {}
+    batches = job.sizer.batches if job.sizer else Counter[int]()
     return record.checkpoint / elapsed, {
         "rows": record.checkpoint,
         "errors": record.errors,
         "seconds": round(elapsed, 2),
         "accuracy": record.correct / record.labelled if record.labelled else None,
         # forward passes per batch size, most used first
-        "batch_sizes": dict(sorted(batches.items(), key=lambda kv: -kv[1])),
+        "batch_sizes": {str(size): n for size, n in batches.most_common()},
     }
 
 
@@ -93,88 +86,6 @@ def digits_runs(registry: ModelRegistry, work: Path, rows: int, say: Any) -> dic
         out[label] = {"rows_per_s": round(rps), **info}
         say(f"digits {rows:,} rows {label}: {rps:,.0f} rows/s ({info['seconds']} s)")
     return out
-
-
-def minilm_runs(
-    registry: ModelRegistry, work: Path, rows: int, rounds: int, say: Any
-) -> dict[str, Any]:
-    """The job against the ceiling, side by side: ceiling, job, ceiling, job, ..., ceiling;
-    each job's ratio is to the mean of the ceilings just before and just after it."""
-    sentences = workloads.texts(rows)
-    source = sentences_parquet(work / "sentences.parquet", rows)
-    model = registry.get("minilm")
-    sizes = [s for s in CEILING_SIZES if s <= model.max_batch]
-    batches = {size: _ceiling_batches(registry, sentences, size) for size in sizes}
-    registry.warmup("minilm", model.max_batch)
-    ceiling_sweep(registry, batches)  # warm-up: every shape once
-    timed_job(registry, work, "minilm-warmup", **_minilm_job(sentences_parquet(
-        work / "warmup.parquet", 256)))  # fmt: skip
-    sweeps = [ceiling_sweep(registry, batches)]
-    jobs: list[dict[str, Any]] = []
-    for r in range(rounds):
-        rps, info = timed_job(registry, work, f"minilm-{r}", **_minilm_job(source))
-        sweeps.append(ceiling_sweep(registry, batches))
-        before, after = (max(sweep.values()) for sweep in sweeps[-2:])
-        ratio = rps / ((before + after) / 2)
-        jobs.append({"rows_per_s": round(rps, 1), "ratio": round(ratio, 3), **info})
-        say(
-            f"minilm {rows:,} sentences, round {r + 1}: job {rps:,.1f}/s vs ceiling "
-            f"{before:,.1f} (before) / {after:,.1f} (after): {ratio:.3f}x; "
-            f"job batch sizes {info['batch_sizes']}"
-        )
-    ratios = sorted(j["ratio"] for j in jobs)
-    bests = [max(sweep, key=lambda k: sweep[k]) for sweep in sweeps]
-    say(
-        f"minilm ratio: median {statistics.median(ratios):.3f}x over {rounds} rounds "
-        f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f}); ceiling best batch per sweep {bests}"
-    )
-    return {
-        "rows": rows,
-        "ceiling": "forward pass alone (pre-tokenized) over batches of the same sentences "
-        f"sorted by length (all {rows:,} sorted: the least padding), an even sample of "
-        f"~{CEILING_SAMPLE} per size, best of 2 passes per size, sizes {sizes}",
-        "sweeps_rows_per_s": [{str(k): round(v, 1) for k, v in sw.items()} for sw in sweeps],
-        "ceiling_best_batch": bests,
-        "jobs": jobs,
-        "ratio_median": statistics.median(ratios),
-        "ratio_min": ratios[0],
-        "ratio_max": ratios[-1],
-    }
-
-
-# Ceiling batch sizes: minilm's best moved between 4 and 64 on the shared VM.
-CEILING_SIZES = (4, 8, 16, 32, 64)
-CEILING_SAMPLE = 512  # sentences per size and pass
-
-
-def _minilm_job(source: Path) -> dict[str, Any]:
-    return {"model": "minilm", "input": source, "input_columns": ("text",), "sql_results": False}
-
-
-def _ceiling_batches(registry: ModelRegistry, sentences: list[str], size: int) -> list[Any]:
-    """Batches of ``size`` cut from all the sentences sorted by length, every k-th one
-    (so the sample spans every length), pre-tokenized."""
-    model = registry.get("minilm")
-    ordered = sorted(sentences, key=model.adapter.cost)
-    chunks = [ordered[i : i + size] for i in range(0, len(ordered) - size + 1, size)]
-    step = max(1, len(chunks) // max(1, CEILING_SAMPLE // size))
-    return [model.adapter.collate(chunk) for chunk in chunks[step // 2 :: step]]
-
-
-def ceiling_sweep(registry: ModelRegistry, batches: dict[int, list[Any]]) -> dict[int, float]:
-    """Sentences per second of the forward pass alone at each size: two passes over the
-    size's batches, sizes in order then reversed (drift hits both ends), best pass."""
-    model = registry.get("minilm")
-    best = dict.fromkeys(batches, 0.0)
-    for order in (list(batches), list(reversed(batches))):
-        for size in order:
-            started = time.perf_counter()
-            with torch.inference_mode():
-                for collated in batches[size]:
-                    model.module(**collated)
-            done = size * len(batches[size])
-            best[size] = max(best[size], done / (time.perf_counter() - started))
-    return best
 
 
 def _scoring(output: Path, checkpoint: int) -> bool:
@@ -278,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
             report["digits"] = digits_runs(registry, work, args.digits_rows // scale, print)
         if "minilm" in only:
             rows = args.minilm_rows // scale
-            report["minilm"] = minilm_runs(registry, work, rows, args.rounds, print)
+            report["minilm"] = jobs_minilm.runs(registry, work, rows, args.rounds, print)
         if "kill" in only:
             report["kill"] = kill_and_resume(work, args.kill_rows // scale, print)
         if "scaleout" in only:

@@ -103,8 +103,8 @@ def test_the_sizer_settles_on_the_size_with_the_most_items_per_second() -> None:
     now = [0.0]
     sizer = BatchSizer(ControllerParams(), 64, clock=lambda: now[0])
     assert sizer.size == 32  # the controller's first cap
-    for i in range(300):
-        widest = 10 + i // 5
+    for i in range(600):
+        widest = 10 + i // 10
         size = sizer.size
         compute_s = seconds(size) * widest / 10
         now[0] += compute_s

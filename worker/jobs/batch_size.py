@@ -18,9 +18,13 @@ from worker.scheduling.controller import BatchController, Observation
 from worker.scheduling.curve import ThroughputCurve
 from worker.scheduling.params import ControllerParams
 
-# A decision costs ~0.1 ms: one after every batch of a text model, one after every few
-# sub-millisecond batches of a small numeric model.
-DECIDE_EVERY_S = 0.01
+# One point of the curve: the mean of a size's batches over at least this much forward
+# time, or this many batches. On the shared 2-vCPU VM one minilm batch's time varied by
+# 16-20% (coefficient of variation, at load 3-4), more than the sizes differ; a point
+# of 0.5 s holds several batches. Small numeric batches (well under 1 ms) reach the
+# count first, so such a job still climbs to its size in a fraction of a second.
+POINT_S = 0.5
+POINT_BATCHES = 64
 
 
 class BatchSizer:
@@ -42,6 +46,7 @@ class BatchSizer:
         self.batches: Counter[int] = Counter()  # forward passes per size, for the summary
         self._clock = clock
         self._reference: int | None = None
+        self._points: dict[int, list[float]] = {}  # size -> [seconds, scaled seconds, batches]
         self._since = clock()
         self._busy_s = 0.0
         self._ran = 0
@@ -53,18 +58,24 @@ class BatchSizer:
     def ran(self, size: int, widest: int, compute_s: float, waiting: int) -> None:
         """A batch of ``size`` items, the costliest ``widest``, took ``compute_s``;
         ``waiting`` rows of the job are still to score."""
-        now = self._clock()
         self.batches[size] += 1
+        self._busy_s += compute_s
+        self._ran += 1
         # A length-sorted window runs from its shortest text to its longest, so a size
         # measured early would look faster than one measured late: times are scaled to
         # one padded width (the first batch's), and sizes compare on their own merits.
         if self._reference is None:
             self._reference = widest
-        self.curve.record(size, compute_s * self._reference / max(widest, 1), now)
-        self._busy_s += compute_s
-        self._ran += 1
+        point = self._points.setdefault(size, [0.0, 0.0, 0])
+        point[0] += compute_s
+        point[1] += compute_s * self._reference / max(widest, 1)
+        point[2] += 1
+        if point[0] < POINT_S and point[2] < POINT_BATCHES:
+            return
+        del self._points[size]
+        now = self._clock()
+        self.curve.record(size, point[1] / point[2], now)
         elapsed = now - self._since
-        if elapsed >= DECIDE_EVERY_S:
-            utilization = min(1.0, self._busy_s / elapsed)
-            self._controller.decide(Observation(now, utilization, waiting, self._ran), self.curve)
-            self._since, self._busy_s, self._ran = now, 0.0, 0
+        utilization = min(1.0, self._busy_s / elapsed) if elapsed > 0 else 1.0
+        self._controller.decide(Observation(now, utilization, waiting, self._ran), self.curve)
+        self._since, self._busy_s, self._ran = now, 0.0, 0
