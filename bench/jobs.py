@@ -160,9 +160,12 @@ def scaleout(registry: ModelRegistry, work: Path, rows: int, say: Any) -> dict[s
     for run in runs:
         say(
             f"distributed {rows:,} digits rows, {run['workers']} worker(s): "
-            f"{run['rows_per_s']:,} rows/s; each row once in PostgreSQL: {run['each_row_once']}"
+            f"{run['rows_per_s']:,} rows/s ({run['seconds']} s, of which publishing "
+            f"{run['publish_seconds']} s); each row once in PostgreSQL: {run['each_row_once']}"
         )
-    return {"runs": runs, "two_vs_one": round(runs[1]["rows_per_s"] / runs[0]["rows_per_s"], 2)}
+    two_vs_one = round(runs[1]["rows_per_s"] / runs[0]["rows_per_s"], 2)
+    say(f"distributed: two workers vs one: {two_vs_one}x")
+    return {"runs": runs, "two_vs_one": two_vs_one}
 
 
 def main(argv: list[str] | None = None) -> None:
