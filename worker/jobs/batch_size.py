@@ -42,7 +42,7 @@ class BatchSizer:
             unbounded = params.model_copy(update={"latency_target_ms": math.inf})
             self._controller = BatchController(unbounded, max_batch)
         self.max_cost = params.max_batch_cost  # the batcher's padded size cap, shared
-        self.curve = ThroughputCurve()
+        self._curve = ThroughputCurve()
         self.batches: Counter[int] = Counter()  # forward passes per size, for the summary
         self._clock = clock
         self._reference: int | None = None
@@ -74,8 +74,8 @@ class BatchSizer:
             return
         del self._points[size]
         now = self._clock()
-        self.curve.record(size, point[1] / point[2], now)
+        self._curve.record(size, point[1] / point[2], now)
         elapsed = now - self._since
         utilization = min(1.0, self._busy_s / elapsed) if elapsed > 0 else 1.0
-        self._controller.decide(Observation(now, utilization, waiting, self._ran), self.curve)
+        self._controller.decide(Observation(now, utilization, waiting, self._ran), self._curve)
         self._since, self._busy_s, self._ran = now, 0.0, 0
