@@ -120,3 +120,17 @@ def test_a_given_batch_size_is_kept() -> None:
         now[0] += seconds(5)
         sizer.ran(5, 10, seconds(5), waiting=10_000)
     assert sizer.size == 5
+
+
+def test_time_between_windows_is_not_taken_for_an_idle_device() -> None:
+    """Busy batches with long gaps between windows: the cap is not grown for headroom."""
+    now = [0.0]
+    sizer = BatchSizer(ControllerParams(), 64, clock=lambda: now[0])
+    for _ in range(40):
+        now[0] += 5.0  # writing the last window's parts and SQL rows
+        sizer.window()
+        for _ in range(20):
+            size = sizer.size
+            now[0] += seconds(size)
+            sizer.ran(size, 10, seconds(size), waiting=10_000)
+    assert sizer.size == 16

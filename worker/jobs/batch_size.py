@@ -55,6 +55,12 @@ class BatchSizer:
     def size(self) -> int:
         return self._controller.cap
 
+    def window(self) -> None:
+        """A window's batches begin: utilization counts from here. The time between
+        windows (part files, the SQL transaction, progress) is the same at any batch
+        size, so it is no sign that the device waits for work."""
+        self._since, self._busy_s = self._clock(), 0.0
+
     def ran(self, size: int, widest: int, compute_s: float, waiting: int) -> None:
         """A batch of ``size`` items, the costliest ``widest``, took ``compute_s``;
         ``waiting`` rows of the job are still to score."""

@@ -54,6 +54,7 @@ def score(
         order = np.argsort(costs, kind="stable")
     done: list[tuple[np.ndarray, torch.Tensor]] = []
     failures: list[tuple[int, str, str]] = []
+    sizer.window()
     i = 0
     while i < n:
         end, widest = _batch_end(order, costs, i, sizer.size, sizer.max_cost)
