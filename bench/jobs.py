@@ -176,6 +176,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scaleout-rows", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="a tenth of each size")
     parser.add_argument("--rounds", type=int, default=3, help="minilm: jobs, between ceilings")
+    parser.add_argument(
+        "--minilm-batch-size", type=int, default=None, help="pin the minilm job's batch size"
+    )
     parser.add_argument("--only", default="digits,minilm,kill,scaleout")
     parser.add_argument("--torch-threads", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
@@ -192,7 +195,9 @@ def main(argv: list[str] | None = None) -> None:
             report["digits"] = digits_runs(registry, work, args.digits_rows // scale, print)
         if "minilm" in only:
             rows = args.minilm_rows // scale
-            report["minilm"] = jobs_minilm.runs(registry, work, rows, args.rounds, print)
+            report["minilm"] = jobs_minilm.runs(
+                registry, work, rows, args.rounds, print, args.minilm_batch_size
+            )
         if "kill" in only:
             report["kill"] = kill_and_resume(work, args.kill_rows // scale, print)
         if "scaleout" in only:

@@ -74,7 +74,12 @@ class Ceiling:
 
 
 def job_beside(
-    registry: ModelRegistry, work: Path, name: str, source: Path, ceiling: Ceiling
+    registry: ModelRegistry,
+    work: Path,
+    name: str,
+    source: Path,
+    ceiling: Ceiling,
+    batch_size: int | None = None,
 ) -> tuple[float, dict[str, Any]]:
     """Rows per second of the job (its time, less the ceiling slices between windows)."""
     spent = [0.0]
@@ -91,6 +96,7 @@ def job_beside(
         input=source,
         output=work / f"{name}.parquet",
         input_columns=("text",),
+        batch_size=batch_size,
         sql_results=False,
     )
     with ResultStore(f"sqlite:///{work / (name + '.db')}") as store:
@@ -108,7 +114,15 @@ def job_beside(
     }
 
 
-def runs(registry: ModelRegistry, work: Path, rows: int, rounds: int, say: Any) -> dict[str, Any]:
+def runs(
+    registry: ModelRegistry,
+    work: Path,
+    rows: int,
+    rounds: int,
+    say: Any,
+    batch_size: int | None = None,
+) -> dict[str, Any]:
+    """``batch_size``: pinned (``--minilm-batch-size``); None: the job's controller."""
     sentences = workloads.texts(rows)
     source = work / "sentences.parquet"
     pq.write_table(pa.table({"text": sentences}), source)
@@ -121,7 +135,7 @@ def runs(registry: ModelRegistry, work: Path, rows: int, rounds: int, say: Any) 
     out: list[dict[str, Any]] = []
     for r in range(rounds):
         ceiling.reset()
-        rps, info = job_beside(registry, work, f"minilm-{r}", source, ceiling)
+        rps, info = job_beside(registry, work, f"minilm-{r}", source, ceiling, batch_size)
         rates = ceiling.rates()
         best = max(rates, key=lambda size: rates[size])
         ratio = rps / rates[best]
