@@ -2,8 +2,8 @@
 
 - digits over a Parquet file (1,000,000 rows): Parquet → Parquet, then with the SQLite
   result and drift rows written too;
-- minilm over a Parquet file of 20,000 sentences, against the ceiling (the model's own
-  forward pass, sorted by length) at its best batch size, the job at that batch size;
+- minilm over a Parquet file of 20,000 sentences against the ceiling at its best batch
+  size, measured between the job's windows (``bench.jobs_minilm``), ``--rounds`` times;
 - ``kill -9`` of ``inferlane score`` at about half of a 200,000-row job, then the same
   command again: every row exactly once, and the rows scored twice counted.
 
@@ -14,12 +14,12 @@ are the scoring itself; the kill test runs the CLI as users do.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,7 @@ import pyarrow.parquet as pq
 import torch
 from sqlalchemy import text
 
-from bench import jobs_scaleout, workloads
-from bench.plan import FULL, QUICK
-from bench.scenarios import ceiling
-from bench.scenarios.common import Context
+from bench import jobs_minilm, jobs_scaleout
 from storage import ResultStore, make_engine
 from storage.jobs import JobStore
 from worker.jobs.local import LocalJob
@@ -57,11 +54,6 @@ def digits_parquet(path: Path, n: int) -> Path:
     return path
 
 
-def sentences_parquet(path: Path, n: int) -> Path:
-    pq.write_table(pa.table({"text": workloads.texts(n)}), path)
-    return path
-
-
 def timed_job(
     registry: ModelRegistry, work: Path, name: str, **params: Any
 ) -> tuple[float, dict[str, Any]]:
@@ -69,14 +61,18 @@ def timed_job(
     url = f"sqlite:///{work / (name + '.db')}"
     job_params = JobParams(output=work / f"{name}.parquet", **params)
     with ResultStore(url) as store:
+        job = LocalJob(name, job_params, registry, store)
         started = time.perf_counter()
-        record = LocalJob(name, job_params, registry, store).run()
+        record = job.run()
         elapsed = time.perf_counter() - started
+    batches = job.sizer.batches if job.sizer else Counter[int]()
     return record.checkpoint / elapsed, {
         "rows": record.checkpoint,
         "errors": record.errors,
         "seconds": round(elapsed, 2),
         "accuracy": record.correct / record.labelled if record.labelled else None,
+        # forward passes per batch size, most used first
+        "batch_sizes": {str(size): n for size, n in batches.most_common()},
     }
 
 
@@ -90,46 +86,6 @@ def digits_runs(registry: ModelRegistry, work: Path, rows: int, say: Any) -> dic
         out[label] = {"rows_per_s": round(rps), **info}
         say(f"digits {rows:,} rows {label}: {rps:,.0f} rows/s ({info['seconds']} s)")
     return out
-
-
-def minilm_runs(
-    registry: ModelRegistry, work: Path, rows: int, ctx: Context, say: Any
-) -> dict[str, Any]:
-    top = ceiling.measure(ctx, registry, "minilm")
-    best = top["best_batch"]
-    source = sentences_parquet(work / "sentences.parquet", rows)
-    rps, info = timed_job(
-        registry, work, "minilm", model="minilm", input=source, input_columns=("text",),
-        batch_size=best, sql_results=False,
-    )  # fmt: skip
-    ratio = rps / top["throughput_rps"]
-    same = _forward_rps(registry, workloads.texts(rows)[::10], best)
-    say(f"  forward pass alone over every 10th of the same sentences, sorted: {same:,.0f}/s")
-    say(
-        f"minilm {rows:,} sentences: {rps:,.0f}/s vs ceiling {top['throughput_rps']:,.0f}/s "
-        f"at batch {best}: {ratio:.2f}x"
-    )
-    return {
-        "job_rows_per_s": round(rps, 1),
-        "ceiling": top,
-        "ratio": round(ratio, 3),
-        "same_sentences_forward_rps": round(same, 1),
-        "ratio_to_same_sentences": round(rps / same, 3),
-        **info,
-    }
-
-
-def _forward_rps(registry: ModelRegistry, sentences: list[str], batch: int) -> float:
-    """The ceiling's measure (sorted by length, pre-collated, forward only), once over
-    these sentences: the ceiling itself times a short sample, best of three rounds."""
-    model = registry.get("minilm")
-    ordered = sorted(sentences, key=len)
-    batches = [model.adapter.collate(ordered[i : i + batch]) for i in range(0, len(ordered), batch)]
-    started = time.perf_counter()
-    with torch.inference_mode():
-        for collated in batches:
-            model.module(**collated)
-    return len(ordered) / (time.perf_counter() - started)
 
 
 def _scoring(output: Path, checkpoint: int) -> bool:
@@ -204,9 +160,12 @@ def scaleout(registry: ModelRegistry, work: Path, rows: int, say: Any) -> dict[s
     for run in runs:
         say(
             f"distributed {rows:,} digits rows, {run['workers']} worker(s): "
-            f"{run['rows_per_s']:,} rows/s; each row once in PostgreSQL: {run['each_row_once']}"
+            f"{run['rows_per_s']:,} rows/s ({run['seconds']} s, of which publishing "
+            f"{run['publish_seconds']} s); each row once in PostgreSQL: {run['each_row_once']}"
         )
-    return {"runs": runs, "two_vs_one": round(runs[1]["rows_per_s"] / runs[0]["rows_per_s"], 2)}
+    two_vs_one = round(runs[1]["rows_per_s"] / runs[0]["rows_per_s"], 2)
+    say(f"distributed: two workers vs one: {two_vs_one}x")
+    return {"runs": runs, "two_vs_one": two_vs_one}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -216,6 +175,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kill-rows", type=int, default=200_000)
     parser.add_argument("--scaleout-rows", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="a tenth of each size")
+    parser.add_argument("--rounds", type=int, default=3, help="minilm: jobs, between ceilings")
+    parser.add_argument(
+        "--minilm-batch-size", type=int, default=None, help="pin the minilm job's batch size"
+    )
     parser.add_argument("--only", default="digits,minilm,kill,scaleout")
     parser.add_argument("--torch-threads", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
@@ -224,8 +187,6 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.torch_threads)
     args.out.mkdir(parents=True, exist_ok=True)
     registry = load_registry(None)
-    plan = dataclasses.replace(QUICK if args.quick else FULL)
-    ctx = Context(plan=plan, out=args.out, torch_threads=args.torch_threads)
     only = set(args.only.split(","))
     report: dict[str, Any] = {"torch_threads": args.torch_threads, "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="bench-jobs-") as tmp:
@@ -233,7 +194,10 @@ def main(argv: list[str] | None = None) -> None:
         if "digits" in only:
             report["digits"] = digits_runs(registry, work, args.digits_rows // scale, print)
         if "minilm" in only:
-            report["minilm"] = minilm_runs(registry, work, args.minilm_rows // scale, ctx, print)
+            rows = args.minilm_rows // scale
+            report["minilm"] = jobs_minilm.runs(
+                registry, work, rows, args.rounds, print, args.minilm_batch_size
+            )
         if "kill" in only:
             report["kill"] = kill_and_resume(work, args.kill_rows // scale, print)
         if "scaleout" in only:

@@ -1,12 +1,18 @@
-"""Scoring a window: a row the model fails on, or whose output is not finite, fails alone."""
+"""Scoring a window: failing rows alone, text by length in batches the controller sizes,
+and every output back in row order."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
+from worker.jobs.batch_size import BatchSizer
 from worker.jobs.compute import score
-from worker.models import ClassifierAdapter, LoadedModel
+from worker.models import Adapter, ClassifierAdapter, LoadedModel
+from worker.scheduling.params import ControllerParams
 
 
 def fussy(x: torch.Tensor) -> torch.Tensor:
@@ -21,7 +27,7 @@ def fussy(x: torch.Tensor) -> torch.Tensor:
 def test_failing_and_non_finite_rows_are_isolated_and_the_rest_keep_their_order() -> None:
     model = LoadedModel("fussy", "1", fussy, ClassifierAdapter(2, 2), 4, torch.device("cpu"))
     items = np.array([[2, 1], [1, 2], [-1, 0], [3, 1], [101, 0], [0, 5], [1, 0]], dtype=np.float32)
-    scored = score(model, items, batch_size=4)
+    scored = score(model, items, BatchSizer(ControllerParams(), 4, fixed=4))
 
     assert scored.keep.tolist() == [True, True, False, True, False, True, True]
     assert sorted((i, code) for i, code, _ in scored.failures) == [
@@ -30,3 +36,101 @@ def test_failing_and_non_finite_rows_are_isolated_and_the_rest_keep_their_order(
     ]
     assert scored.columns["label"].to_pylist() == [0, 1, 0, 1, 0]
     assert np.isfinite(np.array(scored.columns["probs"].to_pylist())).all()
+
+
+class Numbered(Adapter):
+    """Text "<n> " + padding: cost is the length; the model returns n, so the output
+    says which row it came from."""
+
+    variable_cost = True
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []  # the costs of each forward pass's items
+
+    def prepare(self, inputs: Any) -> str:
+        return str(inputs)
+
+    def cost(self, item: Any) -> int:
+        return len(item)
+
+    def collate(self, items: Sequence[Any]) -> torch.Tensor:
+        self.batches.append([len(i) for i in items])
+        return torch.tensor([[float(i.split()[0])] for i in items])
+
+    def split(self, output: Any, n: int) -> list[Any]:
+        return list(output.tolist())
+
+    def drift(self, output: Any, expected: Any) -> None:
+        return None
+
+    def example(self) -> str:
+        return "0"
+
+
+def numbered_texts(n: int) -> list[str]:
+    rng = np.random.default_rng(0)
+    return [f"{i} " + "x" * int(rng.integers(1, 80)) for i in range(n)]
+
+
+def test_text_is_scored_in_length_sorted_batches_and_comes_back_in_row_order() -> None:
+    adapter = Numbered()
+    model = LoadedModel("numbered", "1", lambda x: x, adapter, 16, torch.device("cpu"))
+    texts = numbered_texts(500)
+    sizer = BatchSizer(ControllerParams(max_batch_cost=16 * 60), 16)
+
+    scored = score(model, texts, sizer)
+
+    assert scored.keep.all()
+    assert scored.columns["embedding"].to_pylist() == [[float(i)] for i in range(500)]
+    # Batches were cut from the texts sorted by length: each one's costs follow on from
+    # the last one's, and none exceeds the padded size cap (items x widest).
+    flat = [c for batch in adapter.batches for c in batch]
+    assert flat == sorted(len(t) for t in texts)
+    assert all(len(b) * max(b) <= 16 * 60 for b in adapter.batches)
+    assert any(len(b) < sizer.size for b in adapter.batches[:-1])  # the cap cut some
+    # Each row's batch size is the size of the forward pass that scored it.
+    assert round(sum(1 / size for size in scored.batch_sizes.tolist())) == len(adapter.batches)
+
+
+def seconds(size: int) -> float:
+    """A made-up device: fixed cost per batch, then per item, and slower past 16 items."""
+    return 0.01 + 0.001 * size + 0.003 * max(0, size - 16)
+
+
+def test_the_sizer_settles_on_the_size_with_the_most_items_per_second() -> None:
+    # Across the run the text grows 7x longer (a length-sorted window): time is scaled
+    # by width, so the sizes measured late are not taken for slow ones.
+    now = [0.0]
+    sizer = BatchSizer(ControllerParams(), 64, clock=lambda: now[0])
+    assert sizer.size == 32  # the controller's first cap
+    for i in range(600):
+        widest = 10 + i // 10
+        size = sizer.size
+        compute_s = seconds(size) * widest / 10
+        now[0] += compute_s
+        sizer.ran(size, widest, compute_s, waiting=10_000)
+    assert sizer.size == 16
+    assert {32, 64, 16} <= set(sizer.batches)  # it measured its way there
+
+
+def test_a_given_batch_size_is_kept() -> None:
+    now = [0.0]
+    sizer = BatchSizer(ControllerParams(), 64, fixed=5, clock=lambda: now[0])
+    for _ in range(50):
+        now[0] += seconds(5)
+        sizer.ran(5, 10, seconds(5), waiting=10_000)
+    assert sizer.size == 5
+
+
+def test_time_between_windows_is_not_taken_for_an_idle_device() -> None:
+    """Busy batches with long gaps between windows: the cap is not grown for headroom."""
+    now = [0.0]
+    sizer = BatchSizer(ControllerParams(), 64, clock=lambda: now[0])
+    for _ in range(40):
+        now[0] += 5.0  # writing the last window's parts and SQL rows
+        sizer.window()
+        for _ in range(20):
+            size = sizer.size
+            now[0] += seconds(size)
+            sizer.ran(size, 10, seconds(size), waiting=10_000)
+    assert sizer.size == 16

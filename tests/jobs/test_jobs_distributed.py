@@ -14,11 +14,11 @@ from sqlalchemy import text
 from typer.testing import CliRunner
 
 from storage import ResultStore
-from storage.jobs import JobStore
-from tests.e2e.support import settings_for
+from storage.jobs import JobStore, WindowCounts
+from tests.e2e.support import read_topic, settings_for
 from worker.broker import EmbeddedBroker
 from worker.cli import app
-from worker.config import KafkaConfig
+from worker.config import KafkaConfig, TopicConfig
 from worker.jobs.distributed import ExportError, errors_file, export_job, publish
 from worker.jobs.outputs import errors_path
 from worker.jobs.params import JobParams
@@ -105,3 +105,30 @@ def test_an_unfinished_job_is_not_exported(tmp_path: Path) -> None:
         else:
             raise AssertionError("an unfinished job was exported")
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_a_resumed_publish_sends_each_row_after_the_checkpoint_once(
+    broker: EmbeddedBroker, tmp_path: Path, demo_registry: ModelRegistry
+) -> None:
+    """As after a crash once the first window was acknowledged: the rerun sends the rest,
+    each row once, keyed by request id (Kafka's partitioner spreads them)."""
+    source = write_jsonl(tmp_path / "in.jsonl", 2500)
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    settings = settings_for(broker.bootstrap, url).model_copy(
+        update={"topics": TopicConfig(low=f"low-{tmp_path.name}", partitions=3)}
+    )
+    params = JobParams(model="digits", input=source, id_column="id", window_rows=1000)
+    with ResultStore(url) as store:
+        jobs = JobStore(store.engine)
+        jobs.create(
+            "rp", kind="distributed", model="digits", params=params.stored(), rows_total=2500
+        )
+        store.write([], [], [], also=jobs.advance("rp", 0, WindowCounts(1000, 0)))
+        record = publish("rp", params, demo_registry, store, broker.bootstrap, settings=settings)
+    assert record.state == "published" and record.checkpoint == 2500 and record.errors == 0
+
+    sent = read_topic(broker.bootstrap, settings.topics.low)
+    rows = sorted(orjson.loads(r.value)["metadata"]["row"] for r in sent)
+    assert rows == list(range(1000, 2500))
+    assert all(r.key == f"rp:{orjson.loads(r.value)['metadata']['row']}".encode() for r in sent)
+    assert len({r.partition for r in sent}) == 3

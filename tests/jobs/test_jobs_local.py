@@ -248,3 +248,44 @@ def test_bad_csv_cells_and_lines_are_listed_and_the_rest_scored(
     assert errors[1]["row"] is None and "columns" in errors[1]["error"]
     assert record.errors == 2
     assert read_output(output).column("id").to_pylist() == ["id-0", "id-2"]
+
+
+def test_text_scored_in_length_sorted_batches_keeps_row_order_and_each_row_once(
+    demo_registry: ModelRegistry, tmp_path: Path
+) -> None:
+    n = 300
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog"]
+    sentences = [" ".join(words[: 1 + i % 9] * (1 + i % 5)) + f" {i}" for i in range(n)]
+    source = tmp_path / "text.parquet"
+    pq.write_table(pa.table({"id": [f"s{i}" for i in range(n)], "text": sentences}), source)
+    output, url = tmp_path / "out.parquet", f"sqlite:///{tmp_path / 'jobs.db'}"
+    params = JobParams(
+        model="minilm",
+        input=source,
+        output=output,
+        input_columns=("text",),
+        id_column="id",
+        window_rows=128,
+    )
+    with ResultStore(url) as store:
+        job = LocalJob("txt", params, demo_registry, store)
+        record = job.run()
+        with store.engine.connect() as conn:
+            stored = conn.execute(
+                text(
+                    "SELECT COUNT(*), COUNT(DISTINCT request_id), MAX(batch_size)"
+                    " FROM inference_results WHERE status = 'ok'"
+                )
+            ).one()
+
+    assert record.state == "done" and record.checkpoint == n and record.errors == 0
+    table = pq.read_table(output)
+    assert table.column("row").to_pylist() == list(range(n))
+    assert table.column("id").to_pylist() == [f"s{i}" for i in range(n)]
+    # Each row's embedding is its own sentence's, whatever batch it rode in.
+    model = demo_registry.get("minilm")
+    alone = np.array([model.run([s])[0] for s in sentences[::23]])
+    got = np.array(table.column("embedding").to_pylist())[::23]
+    assert np.allclose(got, alone, atol=1e-4)
+    assert stored[0] == stored[1] == n
+    assert job.sizer is not None and sum(job.sizer.batches.elements()) > 1 < stored[2]

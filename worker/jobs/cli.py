@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -57,7 +58,10 @@ def score(
     window_rows: Annotated[
         int | None, typer.Option(help="Rows per checkpoint (default 32768; text 2048).")
     ] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Rows per forward pass.")] = None,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(help="Rows per forward pass (default: the batch controller's choice)."),
+    ] = None,
     sql_results: Annotated[bool, typer.Option(help="Write result and drift rows.")] = True,
     distributed: Annotated[
         bool, typer.Option(help="Publish rows to the low lane for the workers.")
@@ -192,15 +196,23 @@ def _run_local(name: str, params: object, url: str, models: Path | None) -> None
     with ResultStore(url) as store:
         try:
             with bar:
-                record = LocalJob(name, params, registry, store, on_progress=on_progress).run()
+                local = LocalJob(name, params, registry, store, on_progress=on_progress)
+                record = local.run()
         except JobError as exc:
             console.print(f"[red]{exc}[/]")
             raise typer.Exit(1) from None
     rows_this_run = (record.checkpoint - first[0]) if first[0] >= 0 else 0
-    _summary(record, rows_this_run, time.monotonic() - started, url)
+    batches = local.sizer.batches if local.sizer else Counter[int]()
+    _summary(record, rows_this_run, time.monotonic() - started, url, batches)
 
 
-def _summary(record: JobRecord, rows_this_run: int, elapsed_s: float, url: str) -> None:
+def _summary(
+    record: JobRecord,
+    rows_this_run: int,
+    elapsed_s: float,
+    url: str,
+    batches: Counter[int] | None = None,
+) -> None:
     from worker.jobs.outputs import errors_path
 
     params = record.params
@@ -214,6 +226,9 @@ def _summary(record: JobRecord, rows_this_run: int, elapsed_s: float, url: str) 
         table.add_row(
             "throughput", f"{rows_this_run / elapsed_s:,.0f} rows/s ({rows_this_run:,} this run)"
         )
+    if batches:
+        common = ", ".join(f"{size} ({n:,})" for size, n in batches.most_common(3))
+        table.add_row("batch sizes (forward passes)", common)
     table.add_row("recomputed after crashes", f"{record.recomputed:,} rows")
     if params.get("output"):
         table.add_row("output", str(params["output"]))

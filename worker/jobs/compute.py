@@ -3,7 +3,9 @@
 The forward pass is the registry's loaded model (the same module and adapter the
 worker serves). A batch that raises is bisected until the rows that fail alone are
 found, as the executor does; those rows become errors, the rest are scored. Text is
-batched by length (less padding) and put back in row order.
+sorted by the adapter's cost (the key the lanes group by) and cut into batches of the
+size the ``BatchSizer`` decides, within the model's padded size cap (the batcher's
+``CostBudget``); outputs are put back in row order.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import torch
 
 from consumers.errors import ModelFailed, NonFiniteOutput
 from worker.executor import item_error
+from worker.jobs.batch_size import BatchSizer
+from worker.lanes import CostBudget
 from worker.models import ClassifierAdapter, LoadedModel, RegressorAdapter
 
 
@@ -31,33 +35,67 @@ class Scored:
     failures: list[tuple[int, str, str]]  # (index among decoded rows, error code, message)
     columns: dict[str, pa.Array]
     numeric: np.ndarray | None  # the number the drift log compares (label, value)
+    batch_sizes: np.ndarray  # per kept row, in row order: rows in the forward pass that scored it
     compute_s: float
     # Per-row outputs as the worker returns them (JSON values or pre-serialized fragments).
     to_json: Callable[[], list[Any]]
 
 
-def score(model: LoadedModel, items: np.ndarray | list[Any], batch_size: int) -> Scored:
+def score(
+    model: LoadedModel, items: np.ndarray | list[Any], sizer: BatchSizer, *, later: int = 0
+) -> Scored:
+    """Score ``items``; ``later``: rows of the job after these (the sizer's backlog)."""
     started = time.perf_counter()
     n = len(items)
+    costs: np.ndarray | int = model.adapter.cost(items[0]) if n else 1
+    order = np.arange(n)
     if model.adapter.variable_cost and n:
-        order = np.argsort([model.adapter.cost(i) for i in items], kind="stable")
-    else:
-        order = np.arange(n)
+        costs = np.array([model.adapter.cost(i) for i in items], dtype=np.int64)
+        order = np.argsort(costs, kind="stable")
     done: list[tuple[np.ndarray, torch.Tensor]] = []
     failures: list[tuple[int, str, str]] = []
-    for i in range(0, n, batch_size):
-        _isolating(model, items, order[i : i + batch_size], done, failures)
+    sizer.window()
+    i = 0
+    while i < n:
+        end, widest = _batch_end(order, costs, i, sizer.size, sizer.max_cost)
+        idx, failed = order[i:end], len(failures)
+        t = time.perf_counter()
+        _isolating(model, items, idx, done, failures)
+        if len(failures) == failed:  # a bisected batch's time says nothing of its size
+            sizer.ran(len(idx), widest, time.perf_counter() - t, n - end + later)
+        i = end
     keep = np.zeros(n, dtype=bool)
+    sizes = np.zeros(0, dtype=np.int64)
     if done:
         positions = np.concatenate([p for p, _ in done])
         output = torch.cat([t for _, t in done])
+        sizes = np.concatenate([np.full(len(p), len(p)) for p, _ in done])
         back = np.argsort(positions, kind="stable")
-        output, positions = output[torch.from_numpy(back)], positions[back]
+        output, positions, sizes = output[torch.from_numpy(back)], positions[back], sizes[back]
         keep[positions] = True
     else:
         output = torch.zeros((0,))
     columns, numeric, to_json = _columns(model, output)
-    return Scored(keep, failures, columns, numeric, time.perf_counter() - started, to_json)
+    elapsed = time.perf_counter() - started
+    return Scored(keep, failures, columns, numeric, sizes, elapsed, to_json)
+
+
+def _batch_end(
+    order: np.ndarray, costs: np.ndarray | int, start: int, size: int, max_cost: int | None
+) -> tuple[int, int]:
+    """Where the batch starting at ``start`` (in ``order``) ends, and its widest cost:
+    ``size`` items at most, within the padded size cap. ``costs``: one per item, or the
+    one cost of every item (no variable cost)."""
+    n = len(order)
+    if isinstance(costs, int):
+        cap = size if max_cost is None else max(1, min(size, max_cost // costs))
+        return min(n, start + cap), costs
+    budget = CostBudget(max_cost)
+    end = start
+    while end < n and end - start < size and budget.fits(int(costs[order[end]])):
+        budget.add(int(costs[order[end]]))
+        end += 1
+    return end, budget.widest
 
 
 def _isolating(

@@ -1,12 +1,13 @@
 """A distributed job: rows become requests on the low lane; every worker scores its share.
 
 Each good row is published as request ``"{job}:{row}"`` (metadata ``{"job", "row"}``,
-its label as ``expected``), so the workers' usual path stores exactly one result per
-row in the shared database. Bad rows never leave: they are stored as ``rejected``
-results and listed in the errors file. The job's checkpoint counts rows published and
-acknowledged by Kafka; a rerun publishes from there (a row published twice still has
-one result, the upsert keeps one row per request id). ``export_job`` writes the
-outputs in input order once every row has a result.
+its label as ``expected``) through the worker's ``Egress``, so the workers' usual path
+stores exactly one result per row in the shared database. Bad rows never leave: they are
+stored as ``rejected`` results and listed in the errors file, as are rows the broker
+refuses for good. The job's checkpoint counts rows published and acknowledged by Kafka;
+a rerun publishes from there (a row published twice still has one result, the upsert
+keeps one row per request id). ``export_job`` writes the outputs in input order once
+every row has a result.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from consumers.client import InferlaneClient
 from consumers.contract import Priority, Status
+from consumers.egress import Egress, OutRecord, Refused
 from consumers.topics import ensure_topics
 from storage import ResultStore
 from storage.jobs import CANCELLED, PUBLISHED, JobRecord, JobStore, WindowCounts
@@ -60,37 +61,82 @@ def publish(
     record = open_job(jobs, name, params, kind="distributed")
     if record.state == PUBLISHED:
         return record
-    topic = settings.topics.low
-    asyncio.run(ensure_topics(bootstrap, [topic], partitions=settings.topics.partitions))
-    adapter = registry.adapter(params.model)
     parts = Parts(errors_file(name, params))
     parts.discard_from(record.checkpoint)
-    with InferlaneClient(bootstrap) as client:
-        for window in windows(
-            params.input,
-            params.window_for(adapter),
-            start=record.checkpoint,
-            columns=params.columns.names,
-        ):
-            decoded = decode(window, adapter, params.columns)
-            for key, value in _requests(name, params.model, decoded, registry):
-                client.send_raw(value, key=key, topic=topic)
-            client.flush()  # acknowledged before the checkpoint moves past these rows
-            parts.write(window.start, pa.table({}), [error_line(e) for e in decoded.errors])
-            now = datetime.now(UTC)
-            rejected = [
-                error_row(name, window.start, params.model, None, e, now)
-                for e in decoded.errors
-                if e.row is not None
-            ]
-            counts = WindowCounts(len(window), len(decoded.errors))
-            store.write(rejected, [], [], also=jobs.advance(name, window.start, counts))
+    start = record.checkpoint
+    asyncio.run(_publish_from(start, name, params, registry, store, bootstrap, settings))
     parts.assemble_errors(errors_file(name, params))
     parts.remove()
     jobs.set_state(name, PUBLISHED)
     final = jobs.get(name)
     assert final is not None
     return final
+
+
+async def _publish_from(
+    start: int,
+    name: str,
+    params: JobParams,
+    registry: ModelRegistry,
+    store: ResultStore,
+    bootstrap: str,
+    settings: WorkerSettings,
+) -> None:
+    """Per window: its requests through the worker's ``Egress`` (one record batch per
+    partition, every record acknowledged), then its bad rows and the checkpoint in one
+    transaction. A record the broker refuses for good (too large) is a bad row."""
+    topic, kafka = settings.topics.low, settings.kafka
+    await ensure_topics(bootstrap, [topic], partitions=settings.topics.partitions)
+    jobs = JobStore(store.engine)
+    adapter = registry.adapter(params.model)
+    parts = Parts(errors_file(name, params))
+    egress = Egress(
+        bootstrap=bootstrap,
+        client_id=f"inferlane-job-{name}",
+        linger_ms=kafka.linger_ms,
+        max_request_bytes=kafka.max_request_bytes,
+        metadata_timeout_s=kafka.metadata_timeout_ms / 1000,
+        stable_topics=frozenset({topic}),
+        security=kafka.security,
+    )
+    await egress.start()
+    try:
+        for window in windows(
+            params.input, params.window_for(adapter), start=start, columns=params.columns.names
+        ):
+            decoded = decode(window, adapter, params.columns)
+            records = [
+                OutRecord(topic, key, value)
+                for key, value in _requests(name, params.model, decoded, registry)
+            ]
+            # Acknowledged (or refused) before the checkpoint moves past these rows.
+            refused = await egress.publish(records)
+            errors = sorted(
+                decoded.errors + _refused_rows(refused, decoded),
+                key=lambda e: (e.row is None, e.row or 0),
+            )
+            parts.write(window.start, pa.table({}), [error_line(e) for e in errors])
+            now = datetime.now(UTC)
+            rejected = [
+                error_row(name, window.start, params.model, None, e, now)
+                for e in errors
+                if e.row is not None
+            ]
+            counts = WindowCounts(len(window), len(errors))
+            store.write(rejected, [], [], also=jobs.advance(name, window.start, counts))
+    finally:
+        await egress.stop()
+
+
+def _refused_rows(refused: list[Refused], decoded: Decoded) -> list[RowError]:
+    errors = []
+    for r in refused:
+        assert r.record.key is not None  # every request is keyed by its id
+        row = int(r.record.key.rsplit(b":", 1)[1])
+        at = int(np.searchsorted(decoded.rows, row))  # good rows, in row order
+        rid = decoded.ids[at].as_py() if decoded.ids is not None else None
+        errors.append(RowError(row, rid, f"refused by Kafka: {r.reason}"))
+    return errors
 
 
 def _requests(

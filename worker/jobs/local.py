@@ -21,6 +21,7 @@ from pathlib import Path
 
 from storage import ResultStore
 from storage.jobs import CANCELLED, DONE, JobConflict, JobRecord, JobStore
+from worker.jobs.batch_size import BatchSizer
 from worker.jobs.decode import Decoded, decode
 from worker.jobs.outputs import Parts, parts_dir
 from worker.jobs.params import JobParams
@@ -61,6 +62,7 @@ class LocalJob:
         self._store = store
         self._jobs = JobStore(store.engine)
         self._on_progress = on_progress
+        self.sizer: BatchSizer | None = None  # this run's batch sizes, once it scores
 
     def run(self) -> JobRecord:
         record = open_job(self._jobs, self.name, self.params, kind="local")
@@ -85,16 +87,25 @@ class LocalJob:
 
     def _score(self, record: JobRecord, parts: Parts) -> None:
         model = self._registry.get(self.params.model)
-        batch = self.params.batch_size or model.max_batch
+        sizer = self.sizer = BatchSizer(
+            self._registry.spec(self.params.model).scheduling,
+            model.max_batch,
+            fixed=self.params.batch_size,
+        )
         done = record.checkpoint
-        self._on_progress(Progress(done, record.rows_total))
+        total = record.rows_total
+        self._on_progress(Progress(done, total))
         for window, decoded in _prefetched(self._decoded(done)):
             parts.begin(window.start, len(window))
-            result = window_result(self.name, window, decoded, model, batch, self.params)
+            end = window.start + len(window)
+            # Rows after this window: unknown for a file not counted, then one more window.
+            later = len(window) if total is None else max(0, total - end)
+            result = window_result(
+                self.name, window, decoded, model, sizer, self.params, later=later
+            )
             self._commit(parts, window.start, result)
             parts.end(window.start, len(window))
-            done = window.start + len(window)
-            self._on_progress(Progress(done, record.rows_total))
+            self._on_progress(Progress(end, total))
 
     def _decoded(self, start: int) -> Iterator[tuple[Window, Decoded]]:
         adapter = self._registry.adapter(self.params.model)

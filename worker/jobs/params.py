@@ -29,7 +29,7 @@ class JobParams(BaseModel):
     label_column: str | None = None
     # Rows per checkpoint; None: by the model's kind (below).
     window_rows: int | None = Field(default=None, ge=1)
-    batch_size: int | None = Field(default=None, ge=1)  # None: the model's max_batch
+    batch_size: int | None = Field(default=None, ge=1)  # None: the batch controller decides
     sql_results: bool = True
 
     @field_validator("input_columns")

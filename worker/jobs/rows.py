@@ -18,7 +18,8 @@ from consumers.contract import Priority, Status
 from consumers.errors import BadInput
 from storage import DriftRow, ResultRow
 from storage.jobs import WindowCounts
-from worker.jobs.compute import score
+from worker.jobs.batch_size import BatchSizer
+from worker.jobs.compute import Scored, score
 from worker.jobs.decode import Decoded, RowError
 from worker.jobs.params import JobParams
 from worker.jobs.sources import Window
@@ -35,9 +36,17 @@ class WindowResult:
 
 
 def window_result(
-    job: str, window: Window, decoded: Decoded, model: LoadedModel, batch: int, params: JobParams
+    job: str,
+    window: Window,
+    decoded: Decoded,
+    model: LoadedModel,
+    sizer: BatchSizer,
+    params: JobParams,
+    *,
+    later: int = 0,
 ) -> WindowResult:
-    scored = score(model, decoded.items, batch)
+    """``later``: rows of the job after this window (the batch sizer's backlog)."""
+    scored = score(model, decoded.items, sizer, later=later)
     keep = scored.keep
     errors = list(decoded.errors)
     for i, code, message in scored.failures:
@@ -69,7 +78,7 @@ def window_result(
     drift: list[DriftRow] = []
     if params.sql_results:
         now = datetime.now(UTC)
-        results = _ok_rows(job, window, model, rows, scored.to_json(), batch, scored.compute_s, now)
+        results = _ok_rows(job, window, model, rows, scored, now)
         results += [
             error_row(job, window.start, model.name, model.version, e, now)
             for e in errors
@@ -101,12 +110,10 @@ def _ok_rows(
     window: Window,
     model: LoadedModel,
     rows: np.ndarray,
-    outputs: list[Any],
-    batch: int,
-    compute_s: float,
+    scored: Scored,
     now: datetime,
 ) -> list[ResultRow]:
-    compute_ms = round(compute_s * 1000, 3)
+    compute_ms = round(scored.compute_s * 1000, 3)
     batch_id, source = f"{job}@{window.start}", _source(job)
     return [
         ResultRow(
@@ -128,7 +135,9 @@ def _ok_rows(
             row,
             now,
         )
-        for row, out in zip(rows.tolist(), outputs, strict=True)
+        for row, out, batch in zip(
+            rows.tolist(), scored.to_json(), scored.batch_sizes.tolist(), strict=True
+        )
     ]
 
 
