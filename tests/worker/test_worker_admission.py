@@ -18,6 +18,7 @@ from consumers.records import RawRecord
 from worker.admission import Admission, Admitted
 from worker.config import TopicConfig
 from worker.models import Adapter
+from worker.rollout.routing import Route, Router
 
 ADAPTER = classifier()
 
@@ -219,3 +220,25 @@ def test_admit_never_raises_and_accounts_for_every_record(
         assert outcome.dead_letter is not None
         assert outcome.result is not None  # every value named its request id
         assert outcome.result.status is Status.REJECTED
+
+
+def test_a_routed_request_keeps_its_version_when_the_route_changes() -> None:
+    """Admission routes once; what is queued finishes on that version (a rollback or a
+    promotion only moves the requests admitted after it)."""
+    router = Router()
+    router.update({"clf": Route(1, "clf@2", 1.0)})
+    routed = Admission(
+        adapter_for=lambda name: ADAPTER if name in ("clf", "clf@2") else adapter_for(name),
+        lane_of_topic=LANE_OF_TOPIC,
+        max_bytes=10_000,
+        reply_to_allowed=TopicConfig().reply_to_allowed,
+        route=router.route,
+    )
+    [before] = routed.admit([make_record(good("a"))]).pending
+    router.update({})  # rolled back
+    [after] = routed.admit([make_record(good("b"))]).pending
+    assert (before.model, before.request.model) == ("clf@2", "clf")
+    assert (after.model, after.serving) == ("clf", None)
+    [refused] = routed.admit([make_record(good("c", model="clf@2"))]).ended
+    assert refused.result is not None and refused.result.error is not None
+    assert refused.result.error.code == "unknown_model"  # requests cannot name a candidate
