@@ -244,9 +244,7 @@ class Worker:
         if drain:
             await _bounded(deadline, "drain", self._until_settled())
         self._closed = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await _cancelled(self._tasks, deadline)
         if self._delivery is not None:
             await _bounded(deadline, "the SQL write", self._delivery.finish_write())
         if self._failed is not None and not self._failed.done():
@@ -445,6 +443,25 @@ class Worker:
                 done = self._until(lambda: self._in_flight.count_in(revoked) == 0)
                 await _bounded(deadline, "the revoked partitions' work", done)
             self._tracker.forget(revoked)
+
+
+async def _cancelled(tasks: list[asyncio.Task[None]], deadline: float) -> None:
+    """Cancel ``tasks`` and wait until they end. A cancellation can be lost (a timeout
+    inside a stage expiring at the same moment turns it into a TimeoutError, which the
+    stage retries), so a task still running after a grace period is cancelled again;
+    past the deadline the rest are left behind, logged."""
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=_STEP_GRACE_S)
+        if pending and time.monotonic() > deadline:
+            names = ", ".join(sorted(t.get_name() for t in pending))
+            log.warning("stages still running after cancellation: %s; going on", names)
+            break
+    for task in tasks:  # retrieve their ends, so none is reported as never retrieved
+        if task.done() and not task.cancelled():
+            task.exception()
 
 
 async def _bounded(deadline: float, what: str, step: Awaitable[object]) -> None:
