@@ -59,7 +59,9 @@ def settings(broker: EmbeddedBroker, db_url: str, **overrides: object) -> Worker
 
 
 @contextlib.asynccontextmanager
-async def traffic(bootstrap: str, per_tick: int = 20) -> AsyncIterator[list[InferenceRequest]]:
+async def traffic(
+    bootstrap: str, per_tick: int = 20, tag: str = "t"
+) -> AsyncIterator[list[InferenceRequest]]:
     """Labelled digits requests, ``per_tick`` every 100 ms, until the block ends."""
     sent: list[InferenceRequest] = []
     stop = asyncio.Event()
@@ -67,7 +69,7 @@ async def traffic(bootstrap: str, per_tick: int = 20) -> AsyncIterator[list[Infe
     async def publish() -> None:
         with InferlaneClient(bootstrap) as client:
             while not stop.is_set():
-                chunk = digits_requests(per_tick, prefix=f"t{len(sent)}")
+                chunk = digits_requests(per_tick, prefix=f"{tag}{len(sent)}")
                 await asyncio.to_thread(client.publish, chunk)
                 sent.extend(chunk)
                 await asyncio.sleep(0.1)
@@ -263,17 +265,19 @@ async def test_a_restarted_worker_resumes_the_rollout(
 ) -> None:
     db_url = f"sqlite:///{tmp_path / 'restart.db'}"
     group = settings(broker, db_url)
-    async with traffic(broker.bootstrap) as sent:
-        async with Worker(group, ModelRegistry.from_toml(rollout_registry_path)) as worker:
-            store = RolloutStore(worker.store.engine)  # type: ignore[union-attr]
+    # Traffic stops before each worker does: every request published is consumed.
+    async with Worker(group, ModelRegistry.from_toml(rollout_registry_path)) as worker:
+        store = RolloutStore(worker.store.engine)  # type: ignore[union-attr]
+        async with traffic(broker.bootstrap, tag="a") as before:
             registry = ModelRegistry.from_toml(rollout_registry_path)
             started = start(db_url, registry, "2", plan(steps=[10, 50, 100]))
             mid = await until(store, started.id, lambda r: r.step >= 1)
-        # Down: the rollout waits in SQL. A new worker process picks it up.
-        async with Worker(group, ModelRegistry.from_toml(rollout_registry_path)) as worker:
-            store = RolloutStore(worker.store.engine)  # type: ignore[union-attr]
+    # Down: the rollout waits in SQL. A new worker process picks it up.
+    async with Worker(group, ModelRegistry.from_toml(rollout_registry_path)) as worker:
+        store = RolloutStore(worker.store.engine)  # type: ignore[union-attr]
+        async with traffic(broker.bootstrap, tag="b") as after:
             ended = await until(store, started.id, lambda r: r.state != "running")
-    await asyncio.to_thread(exactly_once, db_url, sent)
+    await asyncio.to_thread(exactly_once, db_url, before + after)
 
     assert mid.state == "running" and mid.step >= 1
     assert ended.state == "promoted", ended.reason

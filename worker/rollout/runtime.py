@@ -232,8 +232,8 @@ class Rollouts:
                 routes[r.model] = Route(r.id, key, 1.0)
                 continue
             mode = Mode(r.mode)
-            if r.model not in self._active:  # load it now, not with its first batch
-                self._registry.ensure(key)
+            if r.model not in self._active:
+                self._warm(key)
             active[r.model] = Active(r.id, r.model, key, mode, r.sample)
             routes[r.model] = Route(r.id, key, r.share if mode == Mode.CANARY else 0.0)
         self._active = active
@@ -242,6 +242,14 @@ class Rollouts:
             a.rollout_id: self._records[a.rollout_id].interval_start for a in active.values()
         }
         self._counts = {k: v for k, v in self._counts.items() if running.get(k[0]) == k[1]}
+
+    def _warm(self, key: str) -> None:
+        """Load and warm the candidate before routing to it: its first batches would
+        otherwise pay for the load and lazy init, and fail the p99 gate for that."""
+        try:
+            self._registry.warmup(key)
+        except Exception:  # its requests then fail, and the error gate rolls it back
+            log.exception("candidate %s failed to load or warm up", key)
 
     def _start_declared(self) -> None:
         """Start the rollouts the registry declares (``[candidates.rollout]``), once each."""
