@@ -31,7 +31,12 @@ from worker.rollout.plan import Gates, Mode, RolloutPlan
 from worker.service import Worker
 from worker.workload import digits_requests
 
-GATES = Gates(min_requests=15, min_compared=10, min_labelled=10)
+# Latency is not these tests' subject (test_rollout_gates covers the p99 gate): on a
+# loaded two-core CI machine one stalled candidate batch is the p99 of a short interval
+# and rolled back an equivalent candidate (p99 100 ms against 44 ms allowed).
+GATES = Gates(
+    min_requests=15, min_compared=10, min_labelled=10, max_p99_ratio=10, p99_slack_ms=1000
+)
 
 
 def plan(mode: Mode = Mode.CANARY, **changes: object) -> RolloutPlan:
