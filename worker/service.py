@@ -93,7 +93,7 @@ class Worker:
             patience_s=settings.batching.swap_patience_s,
         )
         self._tracker = OffsetTracker()
-        self._executor = _executor(registry, settings.compute, self.metrics.registry)
+        self._executor = choose_executor(registry, settings.compute, self.metrics.registry)
         topics, kafka = settings.topics, settings.kafka
         self._lane_of_topic = topics.lane_topics()
         self._router = Router()  # rollouts send a share of a model's requests to a candidate
@@ -447,7 +447,7 @@ class Worker:
             self._tracker.forget(revoked)
 
 
-def _executor(
+def choose_executor(
     registry: ModelRegistry, config: ComputeConfig, metrics: CollectorRegistry
 ) -> Executor:
     """Lane streams where the models run on a CUDA device (and the setting allows it),
