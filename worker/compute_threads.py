@@ -152,9 +152,10 @@ class Supervised(Generic[R]):
             limit_s = timeout_s_for(running.batch.model)
             if limit_s is None or now_s - running.started_s < limit_s:
                 return None
+            fresh = ComputeThread(self._work(), self._lock)  # first: making it may fail
             thread.abandoned = True
-            self._thread = ComputeThread(self._work(), self._lock)
-            thread.hand_over(self._thread)
+            thread.hand_over(fresh)
+            self._thread = fresh
         return Overrun(thread.name, running, limit_s)
 
 
