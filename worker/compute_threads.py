@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 _names = itertools.count(1)
 
+# How often the watchdog looks at the running batches: the timeout's precision.
+WATCH_PERIOD_S = 0.05
+
 
 class ComputeUnhealthy(RuntimeError):
     """Too many compute threads hung: the process should be restarted."""
@@ -102,6 +105,58 @@ class ComputeThread(Generic[R]):
                 log.warning("%s: a hung batch of %r returned after all", self.name, batch.model)
                 return
             settle(future, outcome)
+
+
+@dataclass(frozen=True, slots=True)
+class Overrun(Generic[R]):
+    """A batch the watchdog abandoned: ``thread`` is left behind in it."""
+
+    thread: str
+    running: Running[R]
+    limit_s: float
+
+
+class Supervised(Generic[R]):
+    """A compute thread that a watchdog may replace: queued jobs move to a fresh thread
+    and the hung one is left behind. ``work`` makes each thread's work function, so
+    per-thread state (a CUDA stream, staging buffers) is never shared with a hung one."""
+
+    def __init__(self, work: Callable[[], Callable[[Batch], R]]) -> None:
+        self._work = work
+        self._lock = threading.Lock()
+        self._thread = ComputeThread(work(), self._lock)
+
+    def put(self, batch: Batch, future: Future[R]) -> None:
+        with self._lock:
+            self._thread.jobs.put((batch, future))
+
+    def close(self) -> None:
+        """Finish the queued jobs, then end the thread."""
+        with self._lock:
+            self._thread.jobs.put(None)
+        while True:  # the watchdog may hand the queue, end marker included, to a new thread
+            with self._lock:
+                thread = self._thread
+            if thread.join(WATCH_PERIOD_S) and thread is self._thread:
+                return
+
+    def abandon_overrun(
+        self, timeout_s_for: Callable[[str], float | None], now_s: float
+    ) -> Overrun[R] | None:
+        """If the running batch has overrun its model's timeout: leave its thread behind,
+        move the queue to a fresh one, and say which batch (its future is not settled)."""
+        with self._lock:
+            thread, running = self._thread, self._thread.running
+            if running is None:
+                return None
+            limit_s = timeout_s_for(running.batch.model)
+            if limit_s is None or now_s - running.started_s < limit_s:
+                return None
+            fresh = ComputeThread(self._work(), self._lock)  # first: making it may fail
+            thread.abandoned = True
+            thread.hand_over(fresh)
+            self._thread = fresh
+        return Overrun(thread.name, running, limit_s)
 
 
 class HungThreads:

@@ -183,6 +183,12 @@ class ComputeConfig(_Frozen):
     # Hung threads cannot be stopped, only left behind: past this many, the worker exits
     # so that its supervisor restarts a clean process.
     max_hung_threads: int = Field(default=3, ge=1)
+    # When the models' device is CUDA: one stream per lane, with stream priorities
+    # (docs/SCHEDULING.md, "CUDA streams"). Off, or on a CPU: one compute thread.
+    cuda_streams: bool = True
+    # CUDA streams: batches of the lanes below high running on the device at once, so a
+    # high batch shares it with at most this many.
+    lower_lanes_in_flight: int = Field(default=1, ge=1)
 
 
 class DriftConfig(_Frozen):

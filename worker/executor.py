@@ -8,7 +8,8 @@ not fit in memory), and those items carry the error. A batch that runs longer th
 model's compute timeout resolves with ``model_timeout`` for every item, and the backend
 carries on without it; a backend that can no longer serve (too many hung threads) says so
 through ``fail_into``. Backends differ in where the forward pass runs: ``ThreadExecutor``
-on a dedicated CPU thread; a CUDA-stream backend plugs in behind the same interface.
+on a dedicated CPU thread; ``worker.cuda_lanes.CudaLaneExecutor`` on one CUDA stream per
+lane, with stream priorities.
 """
 
 from __future__ import annotations
@@ -21,18 +22,25 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 from prometheus_client import CollectorRegistry
+from pydantic import JsonValue
 
 from consumers.contract import ErrorInfo
 from consumers.errors import InferlaneError, ModelFailed, ModelTimeout
-from worker.compute_threads import ComputeThread, HungThreads, Running, settle
+from worker.compute_threads import (
+    WATCH_PERIOD_S,
+    HungThreads,
+    Overrun,
+    Running,
+    Supervised,
+    settle,
+)
 from worker.config import ComputeConfig
 from worker.models import LoadedModel, ModelRegistry
 from worker.pending import Batch, ItemResult, Pending
-
-# How often the watchdog looks at the running batch: the timeout's precision.
-_WATCH_PERIOD_S = 0.05
 
 
 @dataclass(slots=True)
@@ -56,27 +64,23 @@ class Executor(ABC):
         backend that never gives up keeps this default, which does nothing."""
 
 
-class ThreadExecutor(Executor):
-    """One compute thread: torch parallelizes inside the forward pass, and a single
-    submitter keeps batches in order without contention on the model.
-
-    With ``timeout_s_for`` (seconds per model name, None: no limit), a watchdog abandons a
-    batch that overruns (see ``worker.compute_threads``); ``max_hung_threads`` abandoned
-    threads make the backend unhealthy (None: never).
+class SupervisedExecutor(Executor):
+    """What the thread-based backends share: compute threads (``Supervised``) under one
+    watchdog. With ``timeout_s_for`` (seconds per model name, None: no limit), the
+    watchdog abandons a batch that overruns (see ``worker.compute_threads``);
+    ``max_hung_threads`` abandoned threads make the backend unhealthy (None: never).
     """
 
     def __init__(
         self,
-        resolve: Callable[[str], LoadedModel],
+        threads: Sequence[Supervised[BatchRun]],
         *,
-        timeout_s_for: Callable[[str], float | None] | None = None,
-        max_hung_threads: int | None = None,
-        metrics: CollectorRegistry | None = None,
+        timeout_s_for: Callable[[str], float | None] | None,
+        max_hung_threads: int | None,
+        metrics: CollectorRegistry | None,
     ) -> None:
-        self._resolve = resolve  # loads on first use, in the compute thread
+        self._threads = threads
         self._timeout_s_for = timeout_s_for
-        self._lock = threading.Lock()
-        self._thread = self._fresh_thread()
         self.hung = HungThreads(max_hung_threads, metrics)
         self._closed = threading.Event()
         if timeout_s_for is not None:
@@ -84,36 +88,9 @@ class ThreadExecutor(Executor):
                 target=self._watch, name="inferlane-compute-watchdog", daemon=True
             ).start()
 
-    @classmethod
-    def configured(
-        cls, registry: ModelRegistry, config: ComputeConfig, metrics: CollectorRegistry
-    ) -> ThreadExecutor:
-        """From settings: a model's own ``compute_timeout_s`` wins over the default."""
-
-        def timeout_s_for(model: str) -> float | None:
-            return registry.spec(model).compute_timeout_s or config.timeout_s
-
-        return cls(
-            registry.get,
-            timeout_s_for=timeout_s_for,
-            max_hung_threads=config.max_hung_threads,
-            metrics=metrics,
-        )
-
-    def submit(self, batch: Batch) -> Future[BatchRun]:
-        future: Future[BatchRun] = Future()
-        with self._lock:
-            self._thread.jobs.put((batch, future))
-        return future
-
     def shutdown(self) -> None:
-        with self._lock:
-            self._thread.jobs.put(None)
-        while True:  # the watchdog may hand the queue, end marker included, to a new thread
-            with self._lock:
-                thread = self._thread
-            if thread.join(_WATCH_PERIOD_S) and thread is self._thread:
-                break
+        for thread in self._threads:
+            thread.close()
         self._closed.set()
 
     def fail_into(self, failed: asyncio.Future[None]) -> None:
@@ -127,24 +104,67 @@ class ThreadExecutor(Executor):
 
         self.hung.unhealthy.add_done_callback(forward)
 
-    def _fresh_thread(self) -> ComputeThread[BatchRun]:
-        return ComputeThread(lambda batch: run_batch(self._resolve, batch), self._lock)
+    def _abandoned(self, overrun: Overrun[BatchRun]) -> None:
+        """Called after the watchdog answered for ``overrun``; a backend that holds
+        something for a running batch releases it here."""
 
     def _watch(self) -> None:
         assert self._timeout_s_for is not None
-        while not self._closed.wait(_WATCH_PERIOD_S):
-            with self._lock:
-                thread, running = self._thread, self._thread.running
-                if running is None:
+        while not self._closed.wait(WATCH_PERIOD_S):
+            for thread in self._threads:
+                overrun = thread.abandon_overrun(self._timeout_s_for, time.monotonic())
+                if overrun is None:
                     continue
-                limit_s = self._timeout_s_for(running.batch.model)
-                if limit_s is None or time.monotonic() - running.started_s < limit_s:
-                    continue
-                thread.abandoned = True
-                self._thread = self._fresh_thread()
-                thread.hand_over(self._thread)
-            settle(running.future, timed_out(running, limit_s))
-            self.hung.report(thread.name, running.batch.model, limit_s)
+                settle(overrun.running.future, timed_out(overrun.running, overrun.limit_s))
+                self._abandoned(overrun)
+                self.hung.report(overrun.thread, overrun.running.batch.model, overrun.limit_s)
+
+
+def timeouts(registry: ModelRegistry, config: ComputeConfig) -> Callable[[str], float | None]:
+    """Compute timeout per model: a model's own ``compute_timeout_s`` wins over the default."""
+
+    def timeout_s_for(model: str) -> float | None:
+        return registry.spec(model).compute_timeout_s or config.timeout_s
+
+    return timeout_s_for
+
+
+class ThreadExecutor(SupervisedExecutor):
+    """One compute thread: torch parallelizes inside the forward pass, and a single
+    submitter keeps batches in order without contention on the model."""
+
+    def __init__(
+        self,
+        resolve: Callable[[str], LoadedModel],
+        *,
+        timeout_s_for: Callable[[str], float | None] | None = None,
+        max_hung_threads: int | None = None,
+        metrics: CollectorRegistry | None = None,
+    ) -> None:
+        # ``resolve`` loads on first use, in the compute thread.
+        self._thread = Supervised(lambda: partial(run_batch, resolve))
+        super().__init__(
+            [self._thread],
+            timeout_s_for=timeout_s_for,
+            max_hung_threads=max_hung_threads,
+            metrics=metrics,
+        )
+
+    @classmethod
+    def configured(
+        cls, registry: ModelRegistry, config: ComputeConfig, metrics: CollectorRegistry
+    ) -> ThreadExecutor:
+        return cls(
+            registry.get,
+            timeout_s_for=timeouts(registry, config),
+            max_hung_threads=config.max_hung_threads,
+            metrics=metrics,
+        )
+
+    def submit(self, batch: Batch) -> Future[BatchRun]:
+        future: Future[BatchRun] = Future()
+        self._thread.put(batch, future)
+        return future
 
 
 def _fail(failed: asyncio.Future[None], exc: BaseException) -> None:
@@ -165,9 +185,15 @@ def timed_out(running: Running[BatchRun], limit_s: float) -> BatchRun:
     )
 
 
-def run_batch(resolve: Callable[[str], LoadedModel], batch: Batch) -> BatchRun:
+# How a backend runs prepared items through a model: one output per item, or raise.
+RunItems = Callable[[LoadedModel, Sequence[Any]], list[JsonValue]]
+
+
+def run_batch(
+    resolve: Callable[[str], LoadedModel], batch: Batch, run: RunItems = LoadedModel.run
+) -> BatchRun:
     """Items whose deadline passed while the batch waited for the compute thread are
-    not computed: they come back ``expired``."""
+    not computed: they come back ``expired``. ``run`` is the backend's forward pass."""
     started = time.monotonic()
     alive = [p.deadline_s is None or p.deadline_s > started for p in batch.items]
     live = [p for p, ok in zip(batch.items, alive, strict=True) if ok]
@@ -178,19 +204,19 @@ def run_batch(resolve: Callable[[str], LoadedModel], batch: Batch) -> BatchRun:
     except Exception as exc:  # a model that cannot load fails its requests, not the worker
         error = item_error(f"model {batch.model!r} could not be loaded", exc)
         return BatchRun([ItemResult(error=error) for _ in batch.items], None, started, 0.0)
-    computed = iter(_run_isolating(model, live))
+    computed = iter(_run_isolating(run, model, live))
     results = [next(computed) if ok else ItemResult(expired=True) for ok in alive]
     return BatchRun(results, model.version, started, time.monotonic() - started)
 
 
-def _run_isolating(model: LoadedModel, items: Sequence[Pending]) -> list[ItemResult]:
+def _run_isolating(run: RunItems, model: LoadedModel, items: Sequence[Pending]) -> list[ItemResult]:
     try:
-        outputs = model.run([p.item for p in items])
+        outputs = run(model, [p.item for p in items])
     except Exception as exc:
         if len(items) == 1:
             return [ItemResult(error=item_error("model raised on this input", exc))]
         mid = len(items) // 2
-        return _run_isolating(model, items[:mid]) + _run_isolating(model, items[mid:])
+        return _run_isolating(run, model, items[:mid]) + _run_isolating(run, model, items[mid:])
     return [ItemResult(outputs=o) for o in outputs]
 
 

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from consumers.contract import Priority
-from worker.pending import Pending
+from worker.pending import Batch, Pending
 
 LANE_ORDER = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
 
@@ -23,6 +23,12 @@ LANE_ORDER = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
 COST_LOOKAHEAD_BATCHES = 16
 
 _tie = itertools.count()  # heap tie-break: never compare two Pending
+
+
+def lane_of(batch: Batch) -> Priority:
+    """The lane a batch serves: its highest item's (lower-lane items may ride along)."""
+    lanes = {p.lane for p in batch.items}
+    return next((lane for lane in LANE_ORDER if lane in lanes), LANE_ORDER[-1])
 
 
 class CostBudget:

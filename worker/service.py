@@ -19,6 +19,9 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 
+import torch
+from prometheus_client import CollectorRegistry
+
 from consumers.contract import Priority
 from consumers.egress import Egress
 from consumers.ingress import Ingress
@@ -30,7 +33,8 @@ from worker.admission import Admission
 from worker.backpressure import paused_topics
 from worker.batcher import Batcher
 from worker.completion import CompletionQueue
-from worker.config import WorkerSettings
+from worker.config import ComputeConfig, WorkerSettings
+from worker.cuda_lanes import CudaLaneExecutor
 from worker.delivery import Delivery
 from worker.drift.runtime import Drift
 from worker.executor import BatchRun, Executor, ThreadExecutor
@@ -89,9 +93,7 @@ class Worker:
             patience_s=settings.batching.swap_patience_s,
         )
         self._tracker = OffsetTracker()
-        self._executor: Executor = ThreadExecutor.configured(
-            registry, settings.compute, self.metrics.registry
-        )
+        self._executor = choose_executor(registry, settings.compute, self.metrics.registry)
         topics, kafka = settings.topics, settings.kafka
         self._lane_of_topic = topics.lane_topics()
         self._router = Router()  # rollouts send a share of a model's requests to a candidate
@@ -443,6 +445,17 @@ class Worker:
                 done = self._until(lambda: self._in_flight.count_in(revoked) == 0)
                 await _bounded(deadline, "the revoked partitions' work", done)
             self._tracker.forget(revoked)
+
+
+def choose_executor(
+    registry: ModelRegistry, config: ComputeConfig, metrics: CollectorRegistry
+) -> Executor:
+    """Lane streams where the models run on a CUDA device (and the setting allows it),
+    the compute thread everywhere else."""
+    device = registry.device
+    if config.cuda_streams and device.type == "cuda" and torch.cuda.is_available():
+        return CudaLaneExecutor.configured(registry, config, metrics, device)
+    return ThreadExecutor.configured(registry, config, metrics)
 
 
 async def _cancelled(tasks: list[asyncio.Task[None]], deadline: float) -> None:

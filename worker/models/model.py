@@ -72,9 +72,13 @@ class LoadedModel:
         """Prepared items in, one output per item out (same order)."""
         if not items:
             return []
-        results = self.adapter.split(self.forward(items), len(items))
-        if len(results) != len(items):
-            raise ModelFailed(f"{self.name}: {len(results)} outputs for {len(items)} inputs")
+        return self.split(self.forward(items), len(items))
+
+    def split(self, output: Any, n: int) -> list[JsonValue]:
+        """The module's output for a batch of ``n`` items, as one output per item."""
+        results = self.adapter.split(output, n)
+        if len(results) != n:
+            raise ModelFailed(f"{self.name}: {len(results)} outputs for {n} inputs")
         return results
 
     def forward(self, items: Sequence[Any]) -> Any:
@@ -84,9 +88,14 @@ class LoadedModel:
     def forward_collated(self, batch: Any) -> Any:
         """The module's raw output for a batch already collated (a tensor, or a dict of
         them), held under the run lease so the store never frees it mid-pass."""
-        batch = _to_device(batch, self.device)
+        batch = to_device(batch, self.device)
         with self.lease.held(), torch.inference_mode():
-            return self.module(**batch) if isinstance(batch, dict) else self.module(batch)
+            return self.apply(batch)
+
+    def apply(self, batch: Any) -> Any:
+        """The module on a collated batch already on its device (the caller holds the
+        lease and inference mode)."""
+        return self.module(**batch) if isinstance(batch, dict) else self.module(batch)
 
     @property
     def nbytes(self) -> int:
@@ -94,7 +103,9 @@ class LoadedModel:
         return tensor_bytes(self.module)
 
 
-def _to_device(batch: Any, device: torch.device) -> Any:
+def to_device(batch: Any, device: torch.device) -> Any:
+    """A collated batch (a tensor, or a dict of them) copied to ``device``; the copies
+    are asynchronous when the source is pinned host memory."""
     if isinstance(batch, dict):
         return {key: value.to(device, non_blocking=True) for key, value in batch.items()}
     return batch.to(device, non_blocking=True)

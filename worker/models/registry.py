@@ -63,6 +63,7 @@ class ModelRegistry:
         candidates: list[CandidateSpec] | None = None,
     ) -> None:
         self.path = path
+        self.device = device or torch.device("cpu")  # where models run
         self._specs = _keyed(specs, candidates or [])
         self._retired: dict[str, ModelSpec] = {}
         self._adapters: dict[str, Adapter] = {}
@@ -74,7 +75,7 @@ class ModelRegistry:
         self._samples = InputSamples()
         self._store = TieredStore(
             self._loadable,
-            device=device or torch.device("cpu"),
+            device=self.device,
             loader=loader,
             config=self._config,
             metrics=self._metrics,
