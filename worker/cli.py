@@ -104,7 +104,7 @@ def run(
         http_host=http_host,
     )
     tune_process(settings)
-    registry = load_registry(settings.models)
+    registry = load_registry(settings.models, settings.device)
     with contextlib.suppress(KeyboardInterrupt), with_broker(settings) as resolved:
         console.print(
             f"inferlane serving {', '.join(registry.names())} from [bold]{resolved.bootstrap}[/] "

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from consumers.contract import Priority
@@ -224,6 +224,9 @@ class WorkerSettings(BaseSettings):
     database_url: str = "sqlite:///inferlane.db"
     models: Path | None = None  # registry TOML; None: the demo models
     torch_threads: int | None = Field(default=None, ge=1)
+    # Where models run: "auto" (CUDA when a device is present, else the CPU) or a torch
+    # device such as "cpu" or "cuda:1". On CUDA, batches run on lane streams.
+    device: str = "auto"
     topics: TopicConfig = TopicConfig()
     kafka: KafkaConfig = KafkaConfig()
     batching: BatchConfig = BatchConfig()
@@ -235,6 +238,18 @@ class WorkerSettings(BaseSettings):
     compute: ComputeConfig = ComputeConfig()
     drift: DriftConfig = DriftConfig()
     rollout: RolloutConfig = RolloutConfig()
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        if value != "auto":
+            import torch  # here, not at the top: reading settings should not load torch
+
+            try:
+                torch.device(value)
+            except RuntimeError as exc:  # a name torch does not know
+                raise ValueError(f"device {value!r}: {exc}") from exc
+        return value
 
     @model_validator(mode="after")
     def _distinct_topics(self) -> WorkerSettings:

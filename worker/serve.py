@@ -19,9 +19,18 @@ from worker.models.demo import ensure_demo_models
 from worker.service import Worker
 
 
-def load_registry(models: Path | None) -> ModelRegistry:
-    """The registry TOML given, or the demo models (built and cached on first use)."""
-    return ModelRegistry.from_toml(models if models is not None else ensure_demo_models())
+def load_registry(models: Path | None, device: str = "auto") -> ModelRegistry:
+    """The registry TOML given, or the demo models (built and cached on first use), with
+    its models on ``device`` (a ``WorkerSettings.device`` value)."""
+    path = models if models is not None else ensure_demo_models()
+    return ModelRegistry.from_toml(path, device=resolve_device(device))
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto``: the current CUDA device when there is one, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
 
 
 @contextlib.contextmanager

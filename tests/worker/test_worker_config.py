@@ -102,3 +102,20 @@ def test_settings_are_frozen() -> None:
         s.bootstrap = "x:1"  # type: ignore[misc]
     with pytest.raises(ValidationError):
         s.batching.max_batch = 1  # type: ignore[misc]
+
+
+def test_the_device_is_auto_by_default_and_a_torch_device_name_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    from worker.serve import resolve_device
+
+    assert WorkerSettings().device == "auto"
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == expected
+    monkeypatch.setenv("INFERLANE_DEVICE", "cuda:1")
+    assert resolve_device(WorkerSettings().device) == torch.device("cuda", 1)
+    monkeypatch.setenv("INFERLANE_DEVICE", "gpu-please")
+    with pytest.raises(ValidationError, match="device"):
+        WorkerSettings()
