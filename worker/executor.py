@@ -21,15 +21,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry
+from pydantic import JsonValue
 
 from consumers.contract import ErrorInfo
 from consumers.errors import InferlaneError, ModelFailed, ModelTimeout
 from worker.compute_threads import ComputeThread, HungThreads, Running, settle
 from worker.config import ComputeConfig
 from worker.models import LoadedModel, ModelRegistry
-from worker.pending import Batch, ItemResult, Pending
+from worker.pending import Batch, ItemResult
 
 # How often the watchdog looks at the running batch: the timeout's precision.
 _WATCH_PERIOD_S = 0.05
@@ -178,19 +180,24 @@ def run_batch(resolve: Callable[[str], LoadedModel], batch: Batch) -> BatchRun:
     except Exception as exc:  # a model that cannot load fails its requests, not the worker
         error = item_error(f"model {batch.model!r} could not be loaded", exc)
         return BatchRun([ItemResult(error=error) for _ in batch.items], None, started, 0.0)
-    computed = iter(_run_isolating(model, live))
+    computed = iter(run_isolating(model.run, [p.item for p in live]))
     results = [next(computed) if ok else ItemResult(expired=True) for ok in alive]
     return BatchRun(results, model.version, started, time.monotonic() - started)
 
 
-def _run_isolating(model: LoadedModel, items: Sequence[Pending]) -> list[ItemResult]:
+def run_isolating(
+    run: Callable[[Sequence[Any]], list[JsonValue]], items: Sequence[Any]
+) -> list[ItemResult]:
+    """``run`` (prepared items in, one output per item out) on ``items``; a batch that
+    raises is bisected until the items that fail alone are found, and only those carry
+    the error."""
     try:
-        outputs = model.run([p.item for p in items])
+        outputs = run(items)
     except Exception as exc:
         if len(items) == 1:
             return [ItemResult(error=item_error("model raised on this input", exc))]
         mid = len(items) // 2
-        return _run_isolating(model, items[:mid]) + _run_isolating(model, items[mid:])
+        return run_isolating(run, items[:mid]) + run_isolating(run, items[mid:])
     return [ItemResult(outputs=o) for o in outputs]
 
 
