@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine
 
 from storage import StoreUnavailable
-from storage.rollouts import RolloutConflict, RolloutRecord, RolloutStats, RolloutStore
+from storage.rollouts import RolloutConflict, RolloutRecord, RolloutStore
 from worker.config import RolloutConfig
 from worker.metrics import WorkerMetrics
 from worker.models import ClassifierAdapter, ModelRegistry
@@ -39,11 +39,6 @@ from worker.rollout.routing import Route, Router
 from worker.rollout.stats import VersionStats
 
 log = logging.getLogger(__name__)
-
-_STATS_FIELDS = (
-    "requests", "errors", "latency_bins", "compared", "disagreement_sum", "labelled",
-    "wrong", "abs_error_sum",
-)  # fmt: skip
 
 
 class Rollouts:
@@ -157,13 +152,7 @@ class Rollouts:
         if dirty:
             self._store.record_stats(
                 [
-                    RolloutStats(
-                        rollout_id=rid,
-                        interval_start=start,
-                        role=role.value,
-                        worker=self.worker_id,
-                        **{f: getattr(self._counts[rid, start, role], f) for f in _STATS_FIELDS},
-                    )
+                    self._counts[rid, start, role].as_row(rid, start, role.value, self.worker_id)
                     for rid, start, role in dirty
                 ]
             )
@@ -171,9 +160,7 @@ class Rollouts:
     def _judge(self, record: RolloutRecord, now: datetime) -> RolloutRecord | None:
         totals = {role: VersionStats() for role in Role}
         for row in self._store.stats(record.id, record.interval_start):
-            totals[Role(row.role)].merge(
-                VersionStats(**{f: getattr(row, f) for f in _STATS_FIELDS})
-            )
+            totals[Role(row.role)].merge(VersionStats.from_row(row))
         classifier = isinstance(self._registry.adapter(record.model), ClassifierAdapter)
         values = evaluate(
             totals[Role.PRIMARY],
