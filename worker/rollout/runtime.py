@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 import uuid
+from concurrent.futures import Future, wait
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine
@@ -69,6 +70,7 @@ class Rollouts:
         self._current: list[RolloutRecord] = []  # the newest rollout of each model
         self._counts: dict[tuple[int, datetime, Role], VersionStats] = {}  # this worker's
         self._unroutable: set[int] = set()  # rollouts whose candidate is not in the registry
+        self._warming: dict[str, Future[None]] = {}  # candidate key -> warm-up, until routed
         self.gates: dict[int, list[GateValue]] = {}  # last judged, per rollout
         self._task: asyncio.Task[None] | None = None
         # A cancelled await leaves its thread running: stop()'s flush must not overlap it.
@@ -87,7 +89,9 @@ class Rollouts:
             RolloutStore(engine), registry, RolloutMetrics(metrics.registry), config, router
         )
         await asyncio.to_thread(rollouts._start_declared)
-        await asyncio.to_thread(rollouts.tick)  # route before the first request is admitted
+        # Route as the group does before the first request is admitted.
+        await asyncio.to_thread(rollouts.tick)
+        await asyncio.to_thread(rollouts._route_warmed)
         rollouts._task = asyncio.create_task(rollouts._run(), name="inferlane-rollouts")
         return rollouts
 
@@ -203,6 +207,7 @@ class Rollouts:
         candidates = self._registry.candidates()
         routes: dict[str, Route] = {}
         active: dict[str, Active] = {}
+        warming: set[str] = set()
         self._current = records
         for r in records:
             self._records[r.id] = r
@@ -218,25 +223,51 @@ class Rollouts:
             if r.state == State.PROMOTED:
                 routes[r.model] = Route(r.id, key, 1.0)
                 continue
+            if not self._warmed(r.model, key):
+                warming.add(key)
+                continue  # the primary answers until the candidate is warm
             mode = Mode(r.mode)
-            if r.model not in self._active:
-                self._warm(key)
             active[r.model] = Active(r.id, r.model, key, mode, r.sample)
             routes[r.model] = Route(r.id, key, r.share if mode == Mode.CANARY else 0.0)
         self._active = active
         self._router.update(routes)
+        self._warming = {k: f for k, f in self._warming.items() if k in warming}
         running = {
             a.rollout_id: self._records[a.rollout_id].interval_start for a in active.values()
         }
         self._counts = {k: v for k, v in self._counts.items() if running.get(k[0]) == k[1]}
 
-    def _warm(self, key: str) -> None:
-        """Load and warm the candidate before routing to it: its first batches would
-        otherwise pay for the load and lazy init, and fail the p99 gate for that."""
+    def _warmed(self, model: str, key: str) -> bool:
+        """Whether requests may go to the candidate: it is routed already, or its warm-up
+        has ended. Its first batches would otherwise pay for the load and lazy init, and
+        fail the p99 gate for that. The warm-up runs in a thread of its own, so a slow
+        one holds up no other model's rollout, nor the tick."""
+        active = self._active.get(model)
+        if active is not None and active.candidate == key:
+            return True
+        warming = self._warming.get(key)
+        if warming is None:
+            self._warming[key] = warming = Future()
+            threading.Thread(
+                target=self._warm, args=(key, warming), name=f"inferlane-warm-{key}", daemon=True
+            ).start()
+        return warming.done()
+
+    def _warm(self, key: str, done: Future[None]) -> None:
         try:
             self._registry.warmup(key)
         except Exception:  # its requests then fail, and the error gate rolls it back
             log.exception("candidate %s failed to load or warm up", key)
+        finally:
+            done.set_result(None)
+
+    def _route_warmed(self) -> None:
+        """Wait for the warm-ups under way, then route to their candidates."""
+        with self._lock:
+            warming = list(self._warming.values())
+        if warming:
+            wait(warming)
+            self.tick()
 
     def _start_declared(self) -> None:
         """Start the rollouts the registry declares (``[candidates.rollout]``), once each."""
