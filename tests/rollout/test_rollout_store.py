@@ -151,6 +151,19 @@ def test_decide_from_a_stale_revision_writes_nothing(rollouts: RolloutStore) -> 
     assert [e.decision for e in rollouts.events(seen.id)] == ["start", "advance"]
 
 
+def test_a_rollout_that_has_ended_never_changes_again(rollouts: RolloutStore) -> None:
+    assert rollouts.newest_id() is None
+    seen = start(rollouts)
+    ended = advance(rollouts, seen, decision="abort", state=ABORTED, share=0.0)
+    assert ended is not None and rollouts.newest_id() == seen.id
+
+    assert advance(rollouts, ended, state=RUNNING) is None
+    assert rollouts.get(seen.id) == ended
+    assert [e.decision for e in rollouts.events(seen.id)] == ["start", "abort"]
+    again = start(rollouts)
+    assert rollouts.newest_id() == again.id > seen.id
+
+
 def test_workers_racing_one_decision_take_it_once(rollouts: RolloutStore) -> None:
     seen = start(rollouts)
 

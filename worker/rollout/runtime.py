@@ -68,6 +68,8 @@ class Rollouts:
         self._active: dict[str, Active] = {}  # model -> its running rollout
         self._records: dict[int, RolloutRecord] = {}  # as last read
         self._current: list[RolloutRecord] = []  # the newest rollout of each model
+        # What the routes follow: the newest rollout id and the registry's candidates.
+        self._followed: tuple[int | None, frozenset[str]] | None = None
         self._counts: dict[tuple[int, datetime, Role], VersionStats] = {}  # this worker's
         self._unroutable: set[int] = set()  # rollouts whose candidate is not in the registry
         self._warming: dict[str, Future[None]] = {}  # candidate key -> warm-up, until routed
@@ -131,6 +133,8 @@ class Rollouts:
         """Write counts, read the rollouts, judge the running ones, route (a thread)."""
         with self._lock:
             self._flush()
+            if self._unchanged():
+                return
             now = now or datetime.now(UTC)
             current = []
             for record in self._store.current():
@@ -160,6 +164,15 @@ class Rollouts:
                     for rid, start, role in dirty
                 ]
             )
+
+    def _unchanged(self) -> bool:
+        """Whether the rollouts as last read still hold, known from one indexed query
+        while none of them runs: then only a new rollout (by any worker, or the CLI)
+        or a registry reload changes where requests go (an ended rollout never changes)."""
+        if self._followed is None or any(r.state == State.RUNNING for r in self._current):
+            return False
+        candidates = frozenset(self._registry.candidates())
+        return self._followed == (self._store.newest_id(), candidates)
 
     def _judge(self, record: RolloutRecord, now: datetime) -> RolloutRecord | None:
         totals = {role: VersionStats() for role in Role}
@@ -209,6 +222,7 @@ class Rollouts:
         active: dict[str, Active] = {}
         warming: set[str] = set()
         self._current = records
+        self._followed = (max((r.id for r in records), default=None), frozenset(candidates))
         for r in records:
             self._records[r.id] = r
             self._metrics.show(r)
