@@ -102,8 +102,11 @@ class ResultsReader:
         deadline = time.monotonic() + timeout_s
         while self.count < n and time.monotonic() < deadline:
             await self.poll()
-            if run_s is not None and self.arrivals \
-                    and time.monotonic() - self.arrivals[0].mono_s >= run_s:
+            if (
+                run_s is not None
+                and self.arrivals
+                and time.monotonic() - self.arrivals[0].mono_s >= run_s
+            ):
                 break
         return self.count >= n
 

@@ -33,8 +33,7 @@ async def _soak(n: int, db: Path, top: int) -> None:
     with embedded_broker() as broker:
         await create_topics(broker.bootstrap)
         settings = WorkerSettings(bootstrap=broker.bootstrap, database_url=f"sqlite:///{db}")
-        await publish(broker.bootstrap, TOPICS.normal, workloads.records("digits", n,
-                                                                         prefix="mem"))
+        await publish(broker.bootstrap, TOPICS.normal, workloads.records("digits", n, prefix="mem"))
         reader = await ResultsReader(broker.bootstrap).start()
         tracemalloc.start(1)
         async with Worker(settings, registry):
@@ -48,8 +47,10 @@ async def _soak(n: int, db: Path, top: int) -> None:
             end, rss_end = tracemalloc.take_snapshot(), proc.memory_info().rss
         await reader.stop()
     traced = sum(s.size_diff for s in end.compare_to(warm, "filename"))
-    print(f"RSS {rss_warm / 2**20:.0f} -> {rss_end / 2**20:.0f} MiB "
-          f"({(rss_end - rss_warm) / 2**20:+.0f} MiB); traced Python {traced / 2**20:+.1f} MiB")
+    print(
+        f"RSS {rss_warm / 2**20:.0f} -> {rss_end / 2**20:.0f} MiB "
+        f"({(rss_end - rss_warm) / 2**20:+.0f} MiB); traced Python {traced / 2**20:+.1f} MiB"
+    )
     for stat in end.compare_to(warm, "traceback")[:top]:
         print(f"{stat.size_diff / 2**20:+8.2f} MiB {stat.count_diff:+9d} blocks")
         for line in stat.traceback.format():

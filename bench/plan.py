@@ -23,7 +23,13 @@ class Plan:
     systems: tuple[str, ...] = ("naive", "threadpool", "inferlane")
     # Scenarios run when ``--only`` is not given.
     default_scenarios: tuple[str, ...] = (
-        "ceiling", "naive", "threadpool", "inferlane", "priority", "low_load", "soak"
+        "ceiling",
+        "naive",
+        "threadpool",
+        "inferlane",
+        "priority",
+        "low_load",
+        "soak",
     )
     timeout_s: float = 120.0  # no scenario waits longer than this for its results
 

@@ -19,16 +19,35 @@ def start(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None
     if not Path(exe).exists():
         return None
     return subprocess.Popen(
-        [exe, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))),
-         "--rate", "200", "--nonblocking", "--threads", "--format", "raw", "-o", str(out)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            exe,
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(max(1, int(seconds))),
+            "--rate",
+            "200",
+            "--nonblocking",
+            "--threads",
+            "--format",
+            "raw",
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
 def _frames(stack: str) -> list[str]:
     # "thread (idle);func (file.py:12);..." -> function names with their files
-    return [f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
-            if " (" in f else f for f in stack.split(";")]
+    return [
+        f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
+        if " (" in f
+        else f
+        for f in stack.split(";")
+    ]
 
 
 def top(collapsed: Path, n: int = 25) -> str:
@@ -48,9 +67,13 @@ def top(collapsed: Path, n: int = 25) -> str:
             inclusive[frame] += count
     if not total:
         return "no samples\n"
-    lines = [f"{total} samples (threads: "
-             + ", ".join(f"{t} {c / total:.0%}" for t, c in by_thread.most_common(6)) + ")",
-             "", "self%  function"]
+    lines = [
+        f"{total} samples (threads: "
+        + ", ".join(f"{t} {c / total:.0%}" for t, c in by_thread.most_common(6))
+        + ")",
+        "",
+        "self%  function",
+    ]
     lines += [f"{c / total:6.1%}  {f}" for f, c in own.most_common(n)]
     lines += ["", "incl%  function"]
     lines += [f"{c / total:6.1%}  {f}" for f, c in inclusive.most_common(n)]

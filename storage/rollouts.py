@@ -173,6 +173,14 @@ class RolloutStore:
             select(rollouts).where(rollouts.c.id.in_(newest)).order_by(rollouts.c.model)
         )
 
+    def newest_id(self) -> int | None:
+        """The id of the newest rollout (None: none yet). A new rollout raises it; as a
+        rollout that is not running never changes (``decide``), a reader that saw none
+        running knows from this alone whether ``current`` has changed since."""
+        with classified_errors(), self._engine.connect() as conn:
+            newest: int | None = conn.execute(select(func.max(rollouts.c.id))).scalar()
+        return newest
+
     def all(self, model: str | None = None) -> list[RolloutRecord]:
         """Every rollout (of ``model``), oldest first."""
         query = select(rollouts).order_by(rollouts.c.id)
@@ -204,10 +212,12 @@ class RolloutStore:
         gates: dict[str, Any],
         reason: str | None,
     ) -> RolloutRecord | None:
-        """Move the rollout from ``seen`` on and log the decision, in one transaction.
+        """Move a running rollout from ``seen`` on and log the decision, in one
+        transaction.
 
-        None, with nothing written, when the rollout is no longer at ``seen.revision``:
-        another worker (or a person) decided first.
+        None, with nothing written, when the rollout is no longer at ``seen.revision``
+        (another worker, or a person, decided first) or is not running: a rollout that
+        has ended never changes again.
         """
         now = datetime.now(UTC)
         changes: dict[str, Any] = {
@@ -220,22 +230,20 @@ class RolloutStore:
             "revision": seen.revision + 1,
             "updated_at": now,
         }
-        with classified_errors():
-            try:
-                with begin_write(self._engine) as conn:
-                    moved = conn.execute(
-                        update(rollouts)
-                        .where(rollouts.c.id == seen.id, rollouts.c.revision == seen.revision)
-                        .values(changes)
-                    )
-                    if moved.rowcount != 1:
-                        return None
-                    record = replace(seen, **changes)
-                    conn.execute(
-                        insert(rollout_events).values(_event(record, decision, gates, at=now))
-                    )
-            except IntegrityError as exc:  # back to running beside another running one
-                raise RolloutConflict(f"model {seen.model!r} has a running rollout") from exc
+        with classified_errors(), begin_write(self._engine) as conn:
+            moved = conn.execute(
+                update(rollouts)
+                .where(
+                    rollouts.c.id == seen.id,
+                    rollouts.c.revision == seen.revision,
+                    rollouts.c.state == RUNNING,
+                )
+                .values(changes)
+            )
+            if moved.rowcount != 1:
+                return None
+            record = replace(seen, **changes)
+            conn.execute(insert(rollout_events).values(_event(record, decision, gates, at=now)))
         return record
 
     def record_stats(self, rows: Sequence[RolloutStats]) -> None:

@@ -40,7 +40,7 @@ from worker.compute_threads import (
 )
 from worker.config import ComputeConfig
 from worker.models import LoadedModel, ModelRegistry
-from worker.pending import Batch, ItemResult, Pending
+from worker.pending import Batch, ItemResult
 
 
 @dataclass(slots=True)
@@ -204,19 +204,24 @@ def run_batch(
     except Exception as exc:  # a model that cannot load fails its requests, not the worker
         error = item_error(f"model {batch.model!r} could not be loaded", exc)
         return BatchRun([ItemResult(error=error) for _ in batch.items], None, started, 0.0)
-    computed = iter(_run_isolating(run, model, live))
+    computed = iter(run_isolating(partial(run, model), [p.item for p in live]))
     results = [next(computed) if ok else ItemResult(expired=True) for ok in alive]
     return BatchRun(results, model.version, started, time.monotonic() - started)
 
 
-def _run_isolating(run: RunItems, model: LoadedModel, items: Sequence[Pending]) -> list[ItemResult]:
+def run_isolating(
+    run: Callable[[Sequence[Any]], list[JsonValue]], items: Sequence[Any]
+) -> list[ItemResult]:
+    """``run`` (prepared items in, one output per item out) on ``items``; a batch that
+    raises is bisected until the items that fail alone are found, and only those carry
+    the error."""
     try:
-        outputs = run(model, [p.item for p in items])
+        outputs = run(items)
     except Exception as exc:
         if len(items) == 1:
             return [ItemResult(error=item_error("model raised on this input", exc))]
         mid = len(items) // 2
-        return _run_isolating(run, model, items[:mid]) + _run_isolating(run, model, items[mid:])
+        return run_isolating(run, items[:mid]) + run_isolating(run, items[mid:])
     return [ItemResult(outputs=o) for o in outputs]
 
 

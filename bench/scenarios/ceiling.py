@@ -29,8 +29,13 @@ def _items(model: LoadedModel, n: int) -> list[Any]:
     return [model.adapter.prepare(x) for x in raw]
 
 
-def _timed(fn: Any, batches: list[tuple[Any, int]], min_s: float,
-           calls_ms: list[float] | None = None, rounds: int = 3) -> float:
+def _timed(
+    fn: Any,
+    batches: list[tuple[Any, int]],
+    min_s: float,
+    calls_ms: list[float] | None = None,
+    rounds: int = 3,
+) -> float:
     """Items per second: the best of ``rounds`` rounds, each calling ``fn`` over
     ``batches`` in turn for at least ``min_s / rounds``. Best-of, as timeit does: on a
     shared machine, the fastest round is the one least disturbed by other processes.
@@ -75,10 +80,16 @@ def measure(ctx: Context, registry: ModelRegistry, name: str) -> dict[str, Any]:
         forward_rps = _timed(_forward(model), collated, ctx.plan.ceiling_min_s, calls)
         run_rps = _timed(model.run, [(c, len(c)) for c in chunks], ctx.plan.ceiling_min_s)
         lat = Latency.of(calls)
-        per_batch[str(size)] = {"forward_rps": forward_rps, "run_rps": run_rps,
-                                "p50_ms": lat.p50_ms, "p99_ms": lat.p99_ms}
-        ctx.say(f"  ceiling {name} batch {size}: {forward_rps:,.0f}/s forward, "
-                f"{run_rps:,.0f}/s with collate+split")
+        per_batch[str(size)] = {
+            "forward_rps": forward_rps,
+            "run_rps": run_rps,
+            "p50_ms": lat.p50_ms,
+            "p99_ms": lat.p99_ms,
+        }
+        ctx.say(
+            f"  ceiling {name} batch {size}: {forward_rps:,.0f}/s forward, "
+            f"{run_rps:,.0f}/s with collate+split"
+        )
     best = max(per_batch, key=lambda k: per_batch[k]["forward_rps"])
     return {
         "model": name,

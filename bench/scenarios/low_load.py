@@ -21,8 +21,9 @@ from bench.scenarios.common import END_TO_END, Context, Measured, read_while_ali
 from worker.broker import embedded_broker
 
 
-async def _trickle(producer: AIOKafkaProducer, model: str, prefix: str, rate_hz: float,
-                   seconds: float) -> int:
+async def _trickle(
+    producer: AIOKafkaProducer, model: str, prefix: str, rate_hz: float, seconds: float
+) -> int:
     n, started = max(1, int(rate_hz * seconds)), time.monotonic()
     for i in range(n):
         await asyncio.sleep(max(0.0, started + i / rate_hz - time.monotonic()))
@@ -56,8 +57,9 @@ async def measure(ctx: Context) -> list[Measured]:
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0)
         await producer.start()
         try:
-            cmd = inferlane_command(broker.bootstrap, db, torch_threads=ctx.torch_threads,
-                                    extra=ctx.worker_args)
+            cmd = inferlane_command(
+                broker.bootstrap, db, torch_threads=ctx.torch_threads, extra=ctx.worker_args
+            )
             with Service(cmd, ctx.path("logs/low-load.log")) as service:
                 for i, model in enumerate(plan.models):  # warm-up: join, load each model
                     await _trickle(producer, model, f"warm-{model}", 1, 1)
@@ -68,24 +70,39 @@ async def measure(ctx: Context) -> list[Measured]:
                     n = max(1, int(rate * plan.low_load_s))
                     # Read while sending: a result must be timed when it arrives.
                     sending = asyncio.create_task(
-                        _trickle(producer, model, prefix, rate, plan.low_load_s))
-                    await read_while_alive(reader, service, before + n,
-                                           timeout_s=plan.low_load_s + plan.timeout_s)
+                        _trickle(producer, model, prefix, rate, plan.low_load_s)
+                    )
+                    await read_while_alive(
+                        reader, service, before + n, timeout_s=plan.low_load_s + plan.timeout_s
+                    )
                     await sending
                     e2e, server = _latencies(reader, prefix)
                     lat, in_worker = Latency.of(e2e), Latency.of(server)
                     assert service.rss is not None
-                    measured.append(Measured(
-                        "low_load", model, "inferlane", n / (time.monotonic() - started),
-                        lat.p50_ms, lat.p99_ms, service.rss.peak_mb, lat.samples,
-                        time.monotonic() - started, END_TO_END, {
-                            "rate_hz": rate,
-                            "server_p50_ms": in_worker.p50_ms,
-                            "server_p99_ms": in_worker.p99_ms,
-                        }))
-                    ctx.say(f"  low load {model} at {rate:g}/s: p50 {lat.p50_ms:.1f} ms, "
-                            f"p99 {lat.p99_ms:.1f} ms ({lat.samples} requests); in the "
-                            f"worker p50 {in_worker.p50_ms:.1f} ms, p99 {in_worker.p99_ms:.1f}")
+                    measured.append(
+                        Measured(
+                            "low_load",
+                            model,
+                            "inferlane",
+                            n / (time.monotonic() - started),
+                            lat.p50_ms,
+                            lat.p99_ms,
+                            service.rss.peak_mb,
+                            lat.samples,
+                            time.monotonic() - started,
+                            END_TO_END,
+                            {
+                                "rate_hz": rate,
+                                "server_p50_ms": in_worker.p50_ms,
+                                "server_p99_ms": in_worker.p99_ms,
+                            },
+                        )
+                    )
+                    ctx.say(
+                        f"  low load {model} at {rate:g}/s: p50 {lat.p50_ms:.1f} ms, "
+                        f"p99 {lat.p99_ms:.1f} ms ({lat.samples} requests); in the "
+                        f"worker p50 {in_worker.p50_ms:.1f} ms, p99 {in_worker.p99_ms:.1f}"
+                    )
         finally:
             await producer.stop()
             await reader.stop()

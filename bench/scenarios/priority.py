@@ -86,14 +86,17 @@ async def measure(ctx: Context, single_lane: bool, low: int) -> Measured:
         await create_topics(broker.bootstrap)
         reader = await ResultsReader(broker.bootstrap).start()
         try:
-            cmd = inferlane_command(broker.bootstrap, db, torch_threads=ctx.torch_threads,
-                                    extra=extra)
+            cmd = inferlane_command(
+                broker.bootstrap, db, torch_threads=ctx.torch_threads, extra=extra
+            )
             with Service(cmd, ctx.path(f"logs/priority-{system}.log")) as service:
-                await publish(broker.bootstrap, TOPICS.low,
-                              workloads.records(MODEL, low, prefix="bulk"))
+                await publish(
+                    broker.bootstrap, TOPICS.low, workloads.records(MODEL, low, prefix="bulk")
+                )
                 await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
                 sender = asyncio.create_task(
-                    _send_high(broker.bootstrap, plan.priority_rate_hz, plan.priority_s))
+                    _send_high(broker.bootstrap, plan.priority_rate_hz, plan.priority_s)
+                )
                 n_high = int(plan.priority_rate_hz * plan.priority_s)
                 await _read_high(reader, service, n_high, plan.priority_s + plan.timeout_s)
                 await sender
@@ -118,12 +121,25 @@ async def measure(ctx: Context, single_lane: bool, low: int) -> Measured:
         "server_p99_ms": in_worker.p99_ms,
         "series": [(round(t - first, 3), round(ms, 2)) for t, ms, _ in series],
     }
-    ctx.say(f"  priority {system}: high p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms "
-            f"({len(series)}/{n_high} answered; in the worker p50 {in_worker.p50_ms:.1f} ms, "
-            f"p99 {in_worker.p99_ms:.1f} ms); all results {rate:,.0f}/s; "
-            f"saturated={extra_out['saturated']}")
-    return Measured("priority", MODEL, system, rate, lat.p50_ms, lat.p99_ms, peak, counted,
-                    seconds, END_TO_END, extra_out)
+    ctx.say(
+        f"  priority {system}: high p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms "
+        f"({len(series)}/{n_high} answered; in the worker p50 {in_worker.p50_ms:.1f} ms, "
+        f"p99 {in_worker.p99_ms:.1f} ms); all results {rate:,.0f}/s; "
+        f"saturated={extra_out['saturated']}"
+    )
+    return Measured(
+        "priority",
+        MODEL,
+        system,
+        rate,
+        lat.p50_ms,
+        lat.p99_ms,
+        peak,
+        counted,
+        seconds,
+        END_TO_END,
+        extra_out,
+    )
 
 
 def run(ctx: Context, rate_rps: float | None = None) -> list[Measured]:

@@ -29,11 +29,13 @@ async def measure(ctx: Context) -> Measured:
         await create_topics(broker.bootstrap)
         reader = await ResultsReader(broker.bootstrap).start()
         try:
-            cmd = inferlane_command(broker.bootstrap, db, torch_threads=ctx.torch_threads,
-                                    extra=ctx.worker_args)
+            cmd = inferlane_command(
+                broker.bootstrap, db, torch_threads=ctx.torch_threads, extra=ctx.worker_args
+            )
             with Service(cmd, ctx.path("logs/soak.log")) as service:
-                await publish(broker.bootstrap, TOPICS.normal,
-                              workloads.records(MODEL, n, prefix="soak"))
+                await publish(
+                    broker.bootstrap, TOPICS.normal, workloads.records(MODEL, n, prefix="soak")
+                )
                 await read_while_alive(reader, service, n, timeout_s=ctx.plan.timeout_s)
                 rss = service.rss
                 assert rss is not None
@@ -51,21 +53,34 @@ async def measure(ctx: Context) -> Measured:
     growth = (rss_end - rss_warm) / rss_warm if rss_warm else 0.0
     rate, counted, seconds = window_rate(reader.arrivals)
     lat = Latency.of(latencies(parse(reader.values())))
-    ctx.say(f"  soak: {reader.count:,}/{n:,} results, {rate:,.0f}/s; RSS "
-            f"{rss_warm / 2**20:.0f} MiB after warm-up -> {rss_end / 2**20:.0f} MiB "
-            f"({growth:+.1%}), peak {rss.peak_mb:.0f} MiB")
+    ctx.say(
+        f"  soak: {reader.count:,}/{n:,} results, {rate:,.0f}/s; RSS "
+        f"{rss_warm / 2**20:.0f} MiB after warm-up -> {rss_end / 2**20:.0f} MiB "
+        f"({growth:+.1%}), peak {rss.peak_mb:.0f} MiB"
+    )
     series = [(round(t - start_s, 2), round(b / 2**20, 1)) for t, b in rss.samples]
-    return Measured("soak", MODEL, "inferlane", rate, lat.p50_ms, lat.p99_ms, rss.peak_mb,
-                    counted, seconds, SERVER, {
-                        "requests": n,
-                        "completed": reader.count,
-                        "rss_warm_mb": rss_warm / 2**20,
-                        "rss_end_mb": rss_end / 2**20,
-                        "rss_growth": growth,
-                        "warm_up_end_s": round(warm_at - start_s, 2),
-                        "last_result_s": round(end_s - start_s, 2),
-                        "series": series,
-                    })
+    return Measured(
+        "soak",
+        MODEL,
+        "inferlane",
+        rate,
+        lat.p50_ms,
+        lat.p99_ms,
+        rss.peak_mb,
+        counted,
+        seconds,
+        SERVER,
+        {
+            "requests": n,
+            "completed": reader.count,
+            "rss_warm_mb": rss_warm / 2**20,
+            "rss_end_mb": rss_end / 2**20,
+            "rss_growth": growth,
+            "warm_up_end_s": round(warm_at - start_s, 2),
+            "last_result_s": round(end_s - start_s, 2),
+            "series": series,
+        },
+    )
 
 
 def run(ctx: Context) -> Measured:

@@ -28,8 +28,11 @@ from bench.scenarios.common import SERVER, Context, Measured, read_while_alive, 
 from worker.broker import embedded_broker, free_port
 
 POLICIES = ("adaptive", "naive", "fixed")
-PHASE_S = {"smoke": (1.0, 3.0, 1.0, 3.0), "quick": (4.0, 14.0, 4.0, 14.0),
-           "full": (10.0, 45.0, 10.0, 45.0)}
+PHASE_S = {
+    "smoke": (1.0, 3.0, 1.0, 3.0),
+    "quick": (4.0, 14.0, 4.0, 14.0),
+    "full": (10.0, 45.0, 10.0, 45.0),
+}
 OUTSTANDING = {"digits": 4000, "minilm": 400}  # the backlog a saturating phase keeps
 SCRAPE_S = 0.5
 
@@ -50,8 +53,13 @@ def _scrape(port: int, model: str) -> tuple[float | None, float | None]:
     return found.get("inferlane_batch_cap_requests"), found.get("inferlane_utilization_ratio")
 
 
-async def _sampler(port: int, model: str, t0: float, stop: asyncio.Event,
-                   into: list[tuple[float, float | None, float | None]]) -> None:
+async def _sampler(
+    port: int,
+    model: str,
+    t0: float,
+    stop: asyncio.Event,
+    into: list[tuple[float, float | None, float | None]],
+) -> None:
     while not stop.is_set():
         with contextlib.suppress(OSError):
             cap, util = await asyncio.to_thread(_scrape, port, model)
@@ -65,8 +73,14 @@ async def _reader_loop(reader: ResultsReader, stop: asyncio.Event) -> None:
         await reader.poll(50)
 
 
-async def _load(bootstrap: str, model: str, reader: ResultsReader, phases: tuple[float, ...],
-                t0: float, sent0: int) -> int:
+async def _load(
+    bootstrap: str,
+    model: str,
+    reader: ResultsReader,
+    phases: tuple[float, ...],
+    t0: float,
+    sent0: int,
+) -> int:
     """Run the phases; saturating ones top the outstanding backlog up every 50 ms."""
     prod = producer(bootstrap)
     await prod.start()
@@ -99,12 +113,17 @@ def _bins(reader: ResultsReader, t0: float, total_s: float) -> list[dict[str, An
         if 0 <= second < len(bins):
             for value in arrival.values:
                 bins[second].append(float(orjson.loads(value)["latency_ms"]["total"]))
-    return [{"t_s": i, "rps": len(b), "p99_ms": Latency.of(b).p99_ms if b else None}
-            for i, b in enumerate(bins)]
+    return [
+        {"t_s": i, "rps": len(b), "p99_ms": Latency.of(b).p99_ms if b else None}
+        for i, b in enumerate(bins)
+    ]
 
 
-def _settled(series: list[tuple[float, float | None, float | None]], bins: list[dict[str, Any]],
-             phases: tuple[float, ...]) -> dict[str, Any]:
+def _settled(
+    series: list[tuple[float, float | None, float | None]],
+    bins: list[dict[str, Any]],
+    phases: tuple[float, ...],
+) -> dict[str, Any]:
     """Per saturating phase, over its second half: the cap's coefficient of variation,
     the mean cap and the throughput."""
     out, start = [], 0.0
@@ -115,8 +134,14 @@ def _settled(series: list[tuple[float, float | None, float | None]], bins: list[
             rates = [b["rps"] for b in bins if lo <= b["t_s"] and b["t_s"] + 1 <= hi]
             mean = statistics.fmean(caps) if caps else None
             cv = statistics.pstdev(caps) / mean if caps and mean else None
-            out.append({"phase": i, "cap_mean": mean, "cap_cv": cv,
-                        "rps": statistics.fmean(rates) if rates else None})
+            out.append(
+                {
+                    "phase": i,
+                    "cap_mean": mean,
+                    "cap_cv": cv,
+                    "rps": statistics.fmean(rates) if rates else None,
+                }
+            )
         start += seconds
     return {"saturated": out}
 
@@ -131,8 +156,9 @@ async def measure(ctx: Context, model: str, policy: str) -> Measured:
         await create_topics(broker.bootstrap)
         reader = await ResultsReader(broker.bootstrap).start()
         try:
-            cmd = inferlane_command(broker.bootstrap, db, torch_threads=ctx.torch_threads,
-                                    extra=extra)
+            cmd = inferlane_command(
+                broker.bootstrap, db, torch_threads=ctx.torch_threads, extra=extra
+            )
             with Service(cmd, ctx.path(f"logs/step_load-{model}-{policy}.log")) as service:
                 prod = producer(broker.bootstrap)
                 await prod.start()
@@ -142,8 +168,10 @@ async def measure(ctx: Context, model: str, policy: str) -> Measured:
                 await read_while_alive(reader, service, 1, timeout_s=ctx.plan.timeout_s)
                 t0, stop = time.monotonic(), asyncio.Event()
                 samples: list[tuple[float, float | None, float | None]] = []
-                tasks = [asyncio.create_task(_sampler(port, model, t0, stop, samples)),
-                         asyncio.create_task(_reader_loop(reader, stop))]
+                tasks = [
+                    asyncio.create_task(_sampler(port, model, t0, stop, samples)),
+                    asyncio.create_task(_reader_loop(reader, stop)),
+                ]
                 try:
                     await _load(broker.bootstrap, model, reader, phases, t0, reader.count)
                 finally:
@@ -160,13 +188,34 @@ async def measure(ctx: Context, model: str, policy: str) -> Measured:
     sat = [s for s in settled["saturated"] if s["rps"] is not None]
     rate = statistics.fmean(s["rps"] for s in sat) if sat else 0.0
     lat = Latency.of([b["p99_ms"] for b in bins if b["p99_ms"] is not None] or [0.0])
-    ctx.say(f"  step_load {model} {policy}: saturated "
-            + ", ".join(f"{s['rps'] or 0:,.0f}/s at cap {s['cap_mean'] or 0:.0f} "
-                        f"(CV {s['cap_cv'] or 0:.2f})" for s in settled["saturated"]))
-    extra_out = {"policy": policy, "phases_s": phases, "outstanding": OUTSTANDING[model],
-                 "samples": samples, "bins": bins, **settled}
-    return Measured("step_load", model, f"inferlane-{policy}", rate, lat.p50_ms, lat.p99_ms,
-                    peak, sum(b["rps"] for b in bins), total_s, SERVER, extra_out)
+    ctx.say(
+        f"  step_load {model} {policy}: saturated "
+        + ", ".join(
+            f"{s['rps'] or 0:,.0f}/s at cap {s['cap_mean'] or 0:.0f} (CV {s['cap_cv'] or 0:.2f})"
+            for s in settled["saturated"]
+        )
+    )
+    extra_out = {
+        "policy": policy,
+        "phases_s": phases,
+        "outstanding": OUTSTANDING[model],
+        "samples": samples,
+        "bins": bins,
+        **settled,
+    }
+    return Measured(
+        "step_load",
+        model,
+        f"inferlane-{policy}",
+        rate,
+        lat.p50_ms,
+        lat.p99_ms,
+        peak,
+        sum(b["rps"] for b in bins),
+        total_s,
+        SERVER,
+        extra_out,
+    )
 
 
 def plot(ctx: Context, model: str, runs: list[Measured]) -> None:
@@ -180,8 +229,9 @@ def plot(ctx: Context, model: str, runs: list[Measured]) -> None:
     for m in runs:
         label = m.extra["policy"]
         samples = [(t, c, u) for t, c, u in m.extra["samples"]]
-        ax_cap.step([t for t, _, _ in samples], [c for _, c, _ in samples], where="post",
-                    label=label)
+        ax_cap.step(
+            [t for t, _, _ in samples], [c for _, c, _ in samples], where="post", label=label
+        )
         ax_util.plot([t for t, _, _ in samples], [u for _, _, u in samples], label=label)
         bins = m.extra["bins"]
         ax_rps.plot([b["t_s"] for b in bins], [b["rps"] for b in bins], label=label)

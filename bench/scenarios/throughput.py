@@ -24,8 +24,9 @@ def command(ctx: Context, system: str, bootstrap: str, model: str, tag: str) -> 
     if system == "inferlane":
         db = ctx.path(f"{tag}.db")
         db.unlink(missing_ok=True)
-        return inferlane_command(bootstrap, db, torch_threads=ctx.torch_threads,
-                                 extra=ctx.worker_args)
+        return inferlane_command(
+            bootstrap, db, torch_threads=ctx.torch_threads, extra=ctx.worker_args
+        )
     return baseline_command(system, bootstrap, model, torch_threads=ctx.torch_threads)
 
 
@@ -38,16 +39,19 @@ async def measure(ctx: Context, model: str, system: str) -> Measured:
         try:
             cmd = command(ctx, system, broker.bootstrap, model, tag)
             with Service(cmd, ctx.path(f"logs/{tag}.log")) as service:
-                await publish(broker.bootstrap, TOPICS.normal,
-                              workloads.records(model, n, prefix=tag))
+                await publish(
+                    broker.bootstrap, TOPICS.normal, workloads.records(model, n, prefix=tag)
+                )
                 spy = None
                 await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
                 cpu_s, done = service.cpu_s(), reader.count  # the counted window starts
                 if ctx.profile and system == "inferlane":
-                    spy = profile.start(service.pid, plan.run_s - 0.5,
-                                        ctx.path(f"profile-{tag}.txt"))
-                await read_while_alive(reader, service, n, timeout_s=plan.timeout_s,
-                                       run_s=plan.run_s)
+                    spy = profile.start(
+                        service.pid, plan.run_s - 0.5, ctx.path(f"profile-{tag}.txt")
+                    )
+                await read_while_alive(
+                    reader, service, n, timeout_s=plan.timeout_s, run_s=plan.run_s
+                )
                 cpu_s, done = service.cpu_s() - cpu_s, reader.count - done
                 if spy is not None:
                     spy.wait(timeout=30)
@@ -60,16 +64,29 @@ async def measure(ctx: Context, model: str, system: str) -> Measured:
             await reader.stop()
     rate, counted, seconds = window_rate(reader.arrivals)
     lat = Latency.of(latencies(parse(reader.values())))
-    ctx.say(f"  {tag}: {rate:,.1f}/s over {seconds:.1f}s ({counted} results), "
-            f"p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms, peak RSS {peak:.0f} MiB")
+    ctx.say(
+        f"  {tag}: {rate:,.1f}/s over {seconds:.1f}s ({counted} results), "
+        f"p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms, peak RSS {peak:.0f} MiB"
+    )
     extra = {
         "backlog": n,
         "all_done": reader.count >= n,
         # Steadier than the rate on a shared machine: other work slows it, not this.
         "cpu_us_per_request": cpu_s / done * 1e6 if done else None,
     }
-    return Measured("throughput", model, system, rate, lat.p50_ms, lat.p99_ms, peak,
-                    counted, seconds, SERVER, extra)
+    return Measured(
+        "throughput",
+        model,
+        system,
+        rate,
+        lat.p50_ms,
+        lat.p99_ms,
+        peak,
+        counted,
+        seconds,
+        SERVER,
+        extra,
+    )
 
 
 def run(ctx: Context, model: str, system: str) -> Measured:

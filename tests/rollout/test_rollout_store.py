@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, TypeVar
 
@@ -21,6 +22,7 @@ from storage.rollouts import (
     RolloutStats,
     RolloutStore,
 )
+from worker.rollout.stats import VersionStats
 
 GATES = {"max_disagreement": 0.05, "min_requests": 50}
 MEASURED = {"disagreement": {"value": 0.01, "threshold": 0.05, "passed": True}}
@@ -149,6 +151,19 @@ def test_decide_from_a_stale_revision_writes_nothing(rollouts: RolloutStore) -> 
     assert [e.decision for e in rollouts.events(seen.id)] == ["start", "advance"]
 
 
+def test_a_rollout_that_has_ended_never_changes_again(rollouts: RolloutStore) -> None:
+    assert rollouts.newest_id() is None
+    seen = start(rollouts)
+    ended = advance(rollouts, seen, decision="abort", state=ABORTED, share=0.0)
+    assert ended is not None and rollouts.newest_id() == seen.id
+
+    assert advance(rollouts, ended, state=RUNNING) is None
+    assert rollouts.get(seen.id) == ended
+    assert [e.decision for e in rollouts.events(seen.id)] == ["start", "abort"]
+    again = start(rollouts)
+    assert rollouts.newest_id() == again.id > seen.id
+
+
 def test_workers_racing_one_decision_take_it_once(rollouts: RolloutStore) -> None:
     seen = start(rollouts)
 
@@ -201,6 +216,22 @@ def test_a_worker_overwrites_its_own_stats_and_keeps_the_others(
     shifted = interval.astimezone(timezone(timedelta(hours=2)))
     assert rollouts.stats(record.id, shifted) == [a2, b, a_primary]
     rollouts.record_stats([])
+
+
+def test_a_workers_counts_come_back_whole_from_their_row(rollouts: RolloutStore) -> None:
+    record = start(rollouts)
+    counts = VersionStats(
+        requests=7, errors=2, compared=5, disagreement_sum=1.5, labelled=4, wrong=1,
+        abs_error_sum=2.25,
+    )  # fmt: skip
+    counts.add_latency(3.0, count=7)
+    rollouts.record_stats([counts.as_row(record.id, record.interval_start, CANDIDATE, "a")])
+
+    [row] = rollouts.stats(record.id, record.interval_start)
+    assert VersionStats.from_row(row) == counts
+    # Every count a row stores is one of the worker's: none is left behind.
+    key = {"rollout_id", "interval_start", "role", "worker"}
+    assert {k: v for k, v in asdict(row).items() if k not in key} == asdict(counts)
 
 
 def test_an_unreachable_database_is_store_unavailable() -> None:

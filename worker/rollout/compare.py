@@ -24,6 +24,7 @@ from pydantic import JsonValue
 
 from consumers.contract import Status
 from consumers.errors import BadInput
+from worker.executor import run_isolating
 from worker.models import Adapter
 from worker.pending import Batch, Outcome, Pending
 from worker.rollout.plan import Mode
@@ -145,15 +146,17 @@ class Comparer:
         other_key = rollout.model if other_role == Role.PRIMARY else rollout.candidate
         adapter = self._adapter_for(served_key)
         started = time.perf_counter()
-        outputs = self._outputs(other_key, [p.item for p, _ in ok])
+        # One bad input stays one error, as in the executor.
+        results = run_isolating(lambda items: self._run(other_key, items), [p.item for p, _ in ok])
         ms = (time.perf_counter() - started) * 1000
         other, candidate = VersionStats(), VersionStats()
-        for (pending, served_output), output in zip(ok, outputs, strict=True):
+        for (pending, served_output), result in zip(ok, results, strict=True):
             other.requests += 1
             other.add_latency(ms)
-            if output is None:
+            if result.error is not None:
                 other.errors += 1
                 continue
+            output = result.outputs
             candidate.compared += 1  # disagreement is symmetric: the order does not matter
             candidate.disagreement_sum += adapter.disagreement(output, served_output)
             expected = pending.request.expected
@@ -166,22 +169,6 @@ class Comparer:
                     other.add_label(*label)
         self._add(rollout.rollout_id, other_role, other)
         self._add(rollout.rollout_id, Role.CANDIDATE, candidate)
-
-    def _outputs(self, key: str, items: list[Any]) -> list[JsonValue | None]:
-        """One output per item; None for an item the model fails on (each item alone is
-        tried again when the whole batch fails, so one bad input stays one error)."""
-        try:
-            return list(self._run(key, items))
-        except Exception:
-            if len(items) == 1:
-                return [None]
-        singles: list[JsonValue | None] = []
-        for item in items:
-            try:
-                singles.extend(self._run(key, [item]))
-            except Exception:
-                singles.append(None)
-        return singles
 
     def _add(self, rollout_id: int, role: Role, stats: VersionStats) -> None:
         with self._lock:

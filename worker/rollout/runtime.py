@@ -18,12 +18,13 @@ import os
 import socket
 import threading
 import uuid
+from concurrent.futures import Future, wait
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
 from storage import StoreUnavailable
-from storage.rollouts import RolloutConflict, RolloutRecord, RolloutStats, RolloutStore
+from storage.rollouts import RolloutConflict, RolloutRecord, RolloutStore
 from worker.config import RolloutConfig
 from worker.metrics import WorkerMetrics
 from worker.models import ClassifierAdapter, ModelRegistry
@@ -39,11 +40,6 @@ from worker.rollout.routing import Route, Router
 from worker.rollout.stats import VersionStats
 
 log = logging.getLogger(__name__)
-
-_STATS_FIELDS = (
-    "requests", "errors", "latency_bins", "compared", "disagreement_sum", "labelled",
-    "wrong", "abs_error_sum",
-)  # fmt: skip
 
 
 class Rollouts:
@@ -72,8 +68,11 @@ class Rollouts:
         self._active: dict[str, Active] = {}  # model -> its running rollout
         self._records: dict[int, RolloutRecord] = {}  # as last read
         self._current: list[RolloutRecord] = []  # the newest rollout of each model
+        # What the routes follow: the newest rollout id and the registry's candidates.
+        self._followed: tuple[int | None, frozenset[str]] | None = None
         self._counts: dict[tuple[int, datetime, Role], VersionStats] = {}  # this worker's
         self._unroutable: set[int] = set()  # rollouts whose candidate is not in the registry
+        self._warming: dict[str, Future[None]] = {}  # candidate key -> warm-up, until routed
         self.gates: dict[int, list[GateValue]] = {}  # last judged, per rollout
         self._task: asyncio.Task[None] | None = None
         # A cancelled await leaves its thread running: stop()'s flush must not overlap it.
@@ -92,7 +91,9 @@ class Rollouts:
             RolloutStore(engine), registry, RolloutMetrics(metrics.registry), config, router
         )
         await asyncio.to_thread(rollouts._start_declared)
-        await asyncio.to_thread(rollouts.tick)  # route before the first request is admitted
+        # Route as the group does before the first request is admitted.
+        await asyncio.to_thread(rollouts.tick)
+        await asyncio.to_thread(rollouts._route_warmed)
         rollouts._task = asyncio.create_task(rollouts._run(), name="inferlane-rollouts")
         return rollouts
 
@@ -132,6 +133,8 @@ class Rollouts:
         """Write counts, read the rollouts, judge the running ones, route (a thread)."""
         with self._lock:
             self._flush()
+            if self._unchanged():
+                return
             now = now or datetime.now(UTC)
             current = []
             for record in self._store.current():
@@ -157,23 +160,24 @@ class Rollouts:
         if dirty:
             self._store.record_stats(
                 [
-                    RolloutStats(
-                        rollout_id=rid,
-                        interval_start=start,
-                        role=role.value,
-                        worker=self.worker_id,
-                        **{f: getattr(self._counts[rid, start, role], f) for f in _STATS_FIELDS},
-                    )
+                    self._counts[rid, start, role].as_row(rid, start, role.value, self.worker_id)
                     for rid, start, role in dirty
                 ]
             )
 
+    def _unchanged(self) -> bool:
+        """Whether the rollouts as last read still hold, known from one indexed query
+        while none of them runs: then only a new rollout (by any worker, or the CLI)
+        or a registry reload changes where requests go (an ended rollout never changes)."""
+        if self._followed is None or any(r.state == State.RUNNING for r in self._current):
+            return False
+        candidates = frozenset(self._registry.candidates())
+        return self._followed == (self._store.newest_id(), candidates)
+
     def _judge(self, record: RolloutRecord, now: datetime) -> RolloutRecord | None:
         totals = {role: VersionStats() for role in Role}
         for row in self._store.stats(record.id, record.interval_start):
-            totals[Role(row.role)].merge(
-                VersionStats(**{f: getattr(row, f) for f in _STATS_FIELDS})
-            )
+            totals[Role(row.role)].merge(VersionStats.from_row(row))
         classifier = isinstance(self._registry.adapter(record.model), ClassifierAdapter)
         values = evaluate(
             totals[Role.PRIMARY],
@@ -216,7 +220,9 @@ class Rollouts:
         candidates = self._registry.candidates()
         routes: dict[str, Route] = {}
         active: dict[str, Active] = {}
+        warming: set[str] = set()
         self._current = records
+        self._followed = (max((r.id for r in records), default=None), frozenset(candidates))
         for r in records:
             self._records[r.id] = r
             self._metrics.show(r)
@@ -231,25 +237,51 @@ class Rollouts:
             if r.state == State.PROMOTED:
                 routes[r.model] = Route(r.id, key, 1.0)
                 continue
+            if not self._warmed(r.model, key):
+                warming.add(key)
+                continue  # the primary answers until the candidate is warm
             mode = Mode(r.mode)
-            if r.model not in self._active:
-                self._warm(key)
             active[r.model] = Active(r.id, r.model, key, mode, r.sample)
             routes[r.model] = Route(r.id, key, r.share if mode == Mode.CANARY else 0.0)
         self._active = active
         self._router.update(routes)
+        self._warming = {k: f for k, f in self._warming.items() if k in warming}
         running = {
             a.rollout_id: self._records[a.rollout_id].interval_start for a in active.values()
         }
         self._counts = {k: v for k, v in self._counts.items() if running.get(k[0]) == k[1]}
 
-    def _warm(self, key: str) -> None:
-        """Load and warm the candidate before routing to it: its first batches would
-        otherwise pay for the load and lazy init, and fail the p99 gate for that."""
+    def _warmed(self, model: str, key: str) -> bool:
+        """Whether requests may go to the candidate: it is routed already, or its warm-up
+        has ended. Its first batches would otherwise pay for the load and lazy init, and
+        fail the p99 gate for that. The warm-up runs in a thread of its own, so a slow
+        one holds up no other model's rollout, nor the tick."""
+        active = self._active.get(model)
+        if active is not None and active.candidate == key:
+            return True
+        warming = self._warming.get(key)
+        if warming is None:
+            self._warming[key] = warming = Future()
+            threading.Thread(
+                target=self._warm, args=(key, warming), name=f"inferlane-warm-{key}", daemon=True
+            ).start()
+        return warming.done()
+
+    def _warm(self, key: str, done: Future[None]) -> None:
         try:
             self._registry.warmup(key)
         except Exception:  # its requests then fail, and the error gate rolls it back
             log.exception("candidate %s failed to load or warm up", key)
+        finally:
+            done.set_result(None)
+
+    def _route_warmed(self) -> None:
+        """Wait for the warm-ups under way, then route to their candidates."""
+        with self._lock:
+            warming = list(self._warming.values())
+        if warming:
+            wait(warming)
+            self.tick()
 
     def _start_declared(self) -> None:
         """Start the rollouts the registry declares (``[candidates.rollout]``), once each."""

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
+
+from storage.rollouts import RolloutStats
 
 # Bin upper edges in ms: 0.05 ms .. ~100 s, 10 bins per decade (a p99 within ~26%).
 LATENCY_EDGES_MS: tuple[float, ...] = tuple(0.05 * 10 ** (i / 10) for i in range(64))
@@ -16,6 +19,8 @@ LATENCY_EDGES_MS: tuple[float, ...] = tuple(0.05 * 10 ** (i / 10) for i in range
 
 @dataclass(slots=True)
 class VersionStats:
+    """Its fields are the counts of a stored ``RolloutStats`` row, by name."""
+
     requests: int = 0  # results computed by this version
     errors: int = 0  # of them, errors (the model raised, or returned non-finite values)
     latency_bins: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_EDGES_MS) + 1))
@@ -24,6 +29,15 @@ class VersionStats:
     labelled: int = 0  # results whose request carried ``expected``
     wrong: int = 0  # of them, |output - expected| > 0.5 (the anomaly predicate)
     abs_error_sum: float = 0.0
+
+    @classmethod
+    def from_row(cls, row: RolloutStats) -> VersionStats:
+        return cls(**{f.name: getattr(row, f.name) for f in fields(cls)})
+
+    def as_row(
+        self, rollout_id: int, interval_start: datetime, role: str, worker: str
+    ) -> RolloutStats:
+        return RolloutStats(rollout_id, interval_start, role, worker, **asdict(self))
 
     def add_latency(self, ms: float, count: int = 1) -> None:
         self.latency_bins[bisect.bisect_left(LATENCY_EDGES_MS, ms)] += count
