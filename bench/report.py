@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.scenarios import overhead
+from bench.scenarios import overhead, step_load
 from bench.scenarios.common import Measured
 
 # (ratio path, comparison, threshold), from the issue's targets for this machine (CPU).
@@ -29,6 +29,12 @@ TARGETS: tuple[tuple[str, str, float], ...] = (
     ("priority.digits_low_over_solo", ">=", 0.9),
     ("priority.minilm_high_p99_over_bound", "<=", 1.0),
     ("priority.minilm_low_over_solo", ">=", 0.9),
+    # Issue 7, step load: the adaptive cap settles (CV < 10% over each saturated phase's
+    # second half) and saturates within 5% of the best fixed cap.
+    ("step_load.digits_adaptive_cap_cv_max", "<", 0.1),
+    ("step_load.digits_adaptive_over_best_fixed", ">=", 0.95),
+    ("step_load.minilm_adaptive_cap_cv_max", "<", 0.1),
+    ("step_load.minilm_adaptive_over_best_fixed", ">=", 0.95),
 )
 UNLOADED_P99_FACTOR, UNLOADED_P99_SLACK_MS = 2.0, 50.0
 
@@ -80,6 +86,9 @@ def ratios(scenarios: dict[str, Any]) -> dict[str, dict[str, float | None]]:
             out[model].update(_overhead(f, systems.get(f"inferlane-{f}-on")))
     if scenarios["priority"]:
         out["priority"] = _priority(scenarios)
+    for model, runs in scenarios.get("step_load", {}).items():
+        for key, value in step_load.judged(runs).items():
+            out.setdefault("step_load", {})[f"{model}_{key}"] = value
     soak = scenarios["soak"]
     if soak:
         extra = soak["extra"]
