@@ -123,7 +123,7 @@ def run(ctx: Context, only: set[str]) -> tuple[dict[str, dict[str, Any]], list[M
                 )
     if "priority" in only:
         steps.append(
-            ("priority", lambda: measured.extend(priority.run(ctx, _digits_rps(measured))))
+            ("priority", lambda: measured.extend(priority.run(ctx, _inferlane_rps(measured))))
         )
     if "low_load" in only:
         steps.append(("low load", _adder(measured, low_load.run, ctx)))
@@ -142,14 +142,13 @@ def run(ctx: Context, only: set[str]) -> tuple[dict[str, dict[str, Any]], list[M
     return ceilings, measured
 
 
-def _digits_rps(measured: list[Measured]) -> float | None:
-    """inferlane's digits throughput earlier in this run, to size the priority backlog."""
-    rates = [
-        m.throughput_rps
+def _inferlane_rps(measured: list[Measured]) -> dict[str, float]:
+    """inferlane's throughput per model earlier in this run, to size priority backlogs."""
+    return {
+        m.model: m.throughput_rps
         for m in measured
-        if (m.scenario, m.model, m.system) == ("throughput", "digits", "inferlane")
-    ]
-    return rates[0] if rates else None
+        if (m.scenario, m.system) == ("throughput", "inferlane")
+    }
 
 
 def _adder(into: list[Measured], fn: Callable[..., Any], *args: Any) -> Callable[[], None]:

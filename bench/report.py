@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import operator
 import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.scenarios import overhead
+from bench.scenarios import overhead, step_load
 from bench.scenarios.common import Measured
 
 # (ratio path, comparison, threshold), from the issue's targets for this machine (CPU).
@@ -22,7 +23,20 @@ TARGETS: tuple[tuple[str, str, float], ...] = (
     ("digits.inferlane_over_naive", ">=", 10.0),
     ("digits.drift_on_over_off", ">=", 0.95),  # issue 9: drift costs under 5%
     ("soak.rss_growth_after_warm_up", "<", 0.05),
+    # Issue 7: a high request under a saturating low backlog stays within 2x its unloaded
+    # p99 + 50 ms (bound = 1), while the backlog keeps >= 90% of its solo throughput.
+    ("priority.digits_high_p99_over_bound", "<=", 1.0),
+    ("priority.digits_low_over_solo", ">=", 0.9),
+    ("priority.minilm_high_p99_over_bound", "<=", 1.0),
+    ("priority.minilm_low_over_solo", ">=", 0.9),
+    # Issue 7, step load: the adaptive cap settles (CV < 10% over each saturated phase's
+    # second half) and saturates within 5% of the best fixed cap.
+    ("step_load.digits_adaptive_cap_cv_max", "<", 0.1),
+    ("step_load.digits_adaptive_over_best_fixed", ">=", 0.95),
+    ("step_load.minilm_adaptive_cap_cv_max", "<", 0.1),
+    ("step_load.minilm_adaptive_over_best_fixed", ">=", 0.95),
 )
+UNLOADED_P99_FACTOR, UNLOADED_P99_SLACK_MS = 2.0, 50.0
 
 
 def _div(a: float | None, b: float | None) -> float | None:
@@ -44,7 +58,7 @@ def scenarios_json(ceiling: dict[str, dict[str, Any]], measured: list[Measured])
         if m.scenario == "throughput":
             out["throughput"].setdefault(m.model, {})[m.system] = entry
         elif m.scenario == "priority":
-            out["priority"][m.system] = entry
+            out["priority"].setdefault(m.model, {})[m.system] = entry
         elif m.scenario == "low_load":
             out["low_load"][m.model] = entry
         elif m.scenario == "soak":
@@ -70,13 +84,11 @@ def ratios(scenarios: dict[str, Any]) -> dict[str, dict[str, float | None]]:
         }
         for f in overhead.FEATURES:
             out[model].update(_overhead(f, systems.get(f"inferlane-{f}-on")))
-    prio = scenarios["priority"]
-    lanes, fifo = prio.get("inferlane-lanes"), prio.get("inferlane-single-lane")
-    if lanes and fifo:
-        out["priority"] = {
-            "high_p50_single_lane_over_lanes": _div(fifo["p50_ms"], lanes["p50_ms"]),
-            "high_p99_single_lane_over_lanes": _div(fifo["p99_ms"], lanes["p99_ms"]),
-        }
+    if scenarios["priority"]:
+        out["priority"] = _priority(scenarios)
+    for model, runs in scenarios.get("step_load", {}).items():
+        for key, value in step_load.judged(runs).items():
+            out.setdefault("step_load", {})[f"{model}_{key}"] = value
     soak = scenarios["soak"]
     if soak:
         extra = soak["extra"]
@@ -84,6 +96,26 @@ def ratios(scenarios: dict[str, Any]) -> dict[str, dict[str, float | None]]:
             "rss_end_over_warm_up": _div(extra["rss_end_mb"], extra["rss_warm_mb"]),
             "rss_growth_after_warm_up": extra["rss_growth"],
         }
+    return out
+
+
+def _priority(scenarios: dict[str, Any]) -> dict[str, float | None]:
+    """Per backlog model: lanes against one FIFO lane; the lanes' high p99 over its bound
+    (2x the unloaded digits p99 of the low-load scenario + 50 ms); the low lane's rate
+    while high requests flowed over the model's solo inferlane throughput."""
+    unloaded = scenarios["low_load"].get("digits", {}).get("p99_ms")
+    bound = None if unloaded is None else UNLOADED_P99_FACTOR * unloaded + UNLOADED_P99_SLACK_MS
+    out: dict[str, float | None] = {"high_p99_bound_ms": bound}
+    for model, systems in scenarios["priority"].items():
+        lanes, fifo = systems.get("inferlane-lanes"), systems.get("inferlane-single-lane")
+        if lanes is None:
+            continue
+        solo = scenarios["throughput"].get(model, {}).get("inferlane", {}).get("throughput_rps")
+        out[f"{model}_high_p99_ms"] = lanes["p99_ms"]
+        out[f"{model}_high_p99_over_bound"] = _div(lanes["p99_ms"], bound)
+        out[f"{model}_low_over_solo"] = _div(lanes["extra"]["low_rps_while_high"], solo)
+        if fifo is not None:
+            out[f"{model}_high_p99_single_lane_over_lanes"] = _div(fifo["p99_ms"], lanes["p99_ms"])
     return out
 
 
@@ -107,9 +139,12 @@ def targets(ratio: dict[str, dict[str, float | None]]) -> dict[str, dict[str, An
     for path, op, threshold in TARGETS:
         group, _, key = path.partition(".")
         value = ratio.get(group, {}).get(key)
-        met = None if value is None else (value >= threshold if op == ">=" else value < threshold)
+        met = None if value is None else _COMPARE[op](value, threshold)
         out[path] = {"value": value, "target": f"{op} {threshold:g}", "met": met}
     return out
+
+
+_COMPARE = {">=": operator.ge, "<=": operator.le, "<": operator.lt}
 
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:
@@ -153,7 +188,8 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{_fmt(c['p99_ms'], 2)} | {_fmt(c['peak_rss_mb'], 0)} | one forward pass |"
         )
     rows = [m for group in sc["throughput"].values() for m in group.values()]
-    rows += list(sc["priority"].values()) + list(sc["low_load"].values())
+    rows += [m for group in sc["priority"].values() for m in group.values()]
+    rows += list(sc["low_load"].values())
     rows += [sc["soak"]] if sc["soak"] else []
     for m in rows:
         basis = "server" if m["latency_basis"].startswith("server") else "end to end"
@@ -196,11 +232,12 @@ def plot(path: Path, doc: dict[str, Any]) -> None:
     ax_rps.set_yscale("log")
     ax_rps.set_ylabel("requests/s (log)")
     ax_rps.set_title("throughput per scenario")
-    for system, m in sc["priority"].items():
-        series = m["extra"]["series"]
-        if series:
-            xs, ys = zip(*series, strict=True)
-            ax_prio.plot(xs, ys, marker=".", label=system)
+    for model, systems in sc["priority"].items():
+        for system, m in systems.items():
+            series = m["extra"]["series"]
+            if series:
+                xs, ys = zip(*series, strict=True)
+                ax_prio.plot(xs, ys, marker=".", label=f"{model} backlog, {system}")
     if ax_prio.lines:
         ax_prio.set_yscale("log")
         ax_prio.legend()

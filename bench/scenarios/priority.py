@@ -1,9 +1,12 @@
-"""Priority: sparse `high` requests while a `low` backlog saturates the worker.
+"""Priority: sparse `high` digits requests while a `low` backlog saturates the worker.
 
-The same worker twice, on fresh brokers: with its lanes, and with ``--single-lane``
-(one FIFO lane, the baseline). A digits backlog on the low topic keeps the worker busy;
-once its first result is out, `high` requests are sent at a fixed rate, each stamped
-with its send time. Latency is end to end: send -> result read from the results topic.
+Per backlog model (the plan's models: a digits backlog, then a minilm one), the same
+worker twice, on fresh brokers: with its lanes, and with ``--single-lane`` (one FIFO
+lane, the baseline). The backlog on the low topic keeps the worker busy; once its first
+result is out, `high` digits requests are sent at a fixed rate, each stamped with its
+send time. High latency is end to end: send -> result read from the results topic.
+The low lane's throughput is its results per second while the high requests flow
+(first high sent -> last high answered), to set beside the model's solo throughput.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from bench.procs import Service, inferlane_command
 from bench.scenarios.common import END_TO_END, Context, Measured, read_while_alive
 from worker.broker import embedded_broker
 
-MODEL = "digits"
+MODEL = "digits"  # the high requests' model
 HIGH = "HIPRI"  # request id prefix of the high requests; absent from every other id
 
 
@@ -67,19 +70,31 @@ def _high_latencies(reader: ResultsReader) -> list[tuple[float, float, float]]:
     return sorted(seen.values())
 
 
-def backlog_for(ctx: Context, rate_rps: float | None) -> int:
+def _low_rate(reader: ResultsReader, start_wall_s: float, end_wall_s: float) -> float:
+    """Backlog results per second that arrived between the two wall-clock times."""
+    marker = HIGH.encode() + b"-"
+    done = sum(
+        sum(marker not in v for v in arrival.values)
+        for arrival in reader.arrivals
+        if start_wall_s <= arrival.wall_s <= end_wall_s
+    )
+    return done / (end_wall_s - start_wall_s) if end_wall_s > start_wall_s else 0.0
+
+
+def backlog_for(ctx: Context, model: str, rate_rps: float | None) -> int:
     """A low backlog that outlasts the high requests: the plan's size, or more when this
     run measured the worker faster (1.5x its rate over the window plus start-up)."""
     plan = ctx.plan
+    base = plan.priority_low if model == MODEL else plan.backlog[model]
     if not rate_rps:
-        return plan.priority_low
-    return max(plan.priority_low, int(1.5 * rate_rps * (plan.priority_s + 4)))
+        return base
+    return max(base, int(1.5 * rate_rps * (plan.priority_s + 4)))
 
 
-async def measure(ctx: Context, single_lane: bool, low: int) -> Measured:
+async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Measured:
     plan = ctx.plan
     system = "inferlane-single-lane" if single_lane else "inferlane-lanes"
-    db = ctx.path(f"priority-{system}.db")
+    db = ctx.path(f"priority-{model}-{system}.db")
     db.unlink(missing_ok=True)
     extra = (*ctx.worker_args, "--single-lane") if single_lane else ctx.worker_args
     with embedded_broker() as broker:
@@ -89,11 +104,12 @@ async def measure(ctx: Context, single_lane: bool, low: int) -> Measured:
             cmd = inferlane_command(
                 broker.bootstrap, db, torch_threads=ctx.torch_threads, extra=extra
             )
-            with Service(cmd, ctx.path(f"logs/priority-{system}.log")) as service:
+            with Service(cmd, ctx.path(f"logs/priority-{model}-{system}.log")) as service:
                 await publish(
-                    broker.bootstrap, TOPICS.low, workloads.records(MODEL, low, prefix="bulk")
+                    broker.bootstrap, TOPICS.low, workloads.records(model, low, prefix="bulk")
                 )
                 await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
+                high_from = time.time()
                 sender = asyncio.create_task(
                     _send_high(broker.bootstrap, plan.priority_rate_hz, plan.priority_s)
                 )
@@ -110,7 +126,10 @@ async def measure(ctx: Context, single_lane: bool, low: int) -> Measured:
     rate, counted, seconds = window_rate(reader.arrivals)
     low_done = reader.count - len(series)
     first = series[0][0] if series else 0.0
+    last_answer = max((sent + ms / 1000 for sent, ms, _ in series), default=high_from)
     extra_out: dict[str, Any] = {
+        "backlog_model": model,
+        "low_rps_while_high": _low_rate(reader, high_from, last_answer),
         "high_requests": n_high,
         "high_answered": len(series),
         "high_rate_hz": plan.priority_rate_hz,
@@ -122,14 +141,15 @@ async def measure(ctx: Context, single_lane: bool, low: int) -> Measured:
         "series": [(round(t - first, 3), round(ms, 2)) for t, ms, _ in series],
     }
     ctx.say(
-        f"  priority {system}: high p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms "
+        f"  priority, {model} backlog, {system}: "
+        f"high p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms "
         f"({len(series)}/{n_high} answered; in the worker p50 {in_worker.p50_ms:.1f} ms, "
-        f"p99 {in_worker.p99_ms:.1f} ms); all results {rate:,.0f}/s; "
-        f"saturated={extra_out['saturated']}"
+        f"p99 {in_worker.p99_ms:.1f} ms); low lane {extra_out['low_rps_while_high']:,.0f}/s "
+        f"while high flowed; saturated={extra_out['saturated']}"
     )
     return Measured(
         "priority",
-        MODEL,
+        model,
         system,
         rate,
         lat.p50_ms,
@@ -142,7 +162,11 @@ async def measure(ctx: Context, single_lane: bool, low: int) -> Measured:
     )
 
 
-def run(ctx: Context, rate_rps: float | None = None) -> list[Measured]:
-    """Lanes, then one FIFO lane; ``rate_rps``: inferlane's digits rate, if measured."""
-    low = backlog_for(ctx, rate_rps)
-    return [asyncio.run(measure(ctx, single_lane, low)) for single_lane in (False, True)]
+def run(ctx: Context, rates_rps: dict[str, float]) -> list[Measured]:
+    """Per backlog model, lanes then one FIFO lane; ``rates_rps``: inferlane's rate per
+    model measured earlier in the run (sizes the backlog)."""
+    out = []
+    for model in ctx.plan.models:
+        low = backlog_for(ctx, model, rates_rps.get(model))
+        out += [asyncio.run(measure(ctx, model, lanes, low)) for lanes in (False, True)]
+    return out

@@ -1,8 +1,9 @@
 """Step load: idle -> saturating -> idle -> saturating, per batch-cap policy.
 
 One worker per policy (adaptive: the controller; naive: the utilization rule alone;
-fixed: the cap at max_batch), on a fresh broker. Saturating keeps a backlog of
-requests outstanding (sent, no result yet) for the whole phase; idle sends nothing.
+fixed-N: the cap held at N, for a few sizes around the best), on a fresh broker.
+Saturating keeps a backlog of requests outstanding (sent, no result yet) for the whole
+phase; idle sends nothing.
 The worker's /metrics is scraped every 0.5 s for the batch cap and the utilization
 its controller saw; throughput and p99 (server latency) are binned per second from the
 results topic. Writes ``step_load-<model>.png`` and returns one ``Measured`` per policy.
@@ -27,7 +28,9 @@ from bench.procs import Service, inferlane_command
 from bench.scenarios.common import SERVER, Context, Measured, read_while_alive, worker_env
 from worker.broker import embedded_broker, free_port
 
-POLICIES = ("adaptive", "naive", "fixed")
+POLICIES = ("adaptive", "naive")
+# Fixed caps run beside them: adaptive's saturated throughput is judged against the best.
+FIXED_SIZES = {"digits": (64, 256, 1024), "minilm": (8, 16, 32, 64)}
 PHASE_S = {
     "smoke": (1.0, 3.0, 1.0, 3.0),
     "quick": (4.0, 14.0, 4.0, 14.0),
@@ -147,12 +150,16 @@ def _settled(
 
 
 async def measure(ctx: Context, model: str, policy: str) -> Measured:
+    """``policy``: adaptive, naive, or fixed-N."""
     phases = PHASE_S[ctx.plan.mode]
     port = free_port()
     db = ctx.path(f"step_load-{model}-{policy}.db")
     db.unlink(missing_ok=True)
     extra = (*ctx.worker_args, "--metrics-port", str(port))
-    with embedded_broker() as broker, worker_env(INFERLANE_SCHEDULING__POLICY=policy):
+    kind, _, size = policy.partition("-")
+    if size:
+        extra = (*extra, "--max-batch", size)
+    with embedded_broker() as broker, worker_env(INFERLANE_SCHEDULING__POLICY=kind):
         await create_topics(broker.bootstrap)
         reader = await ResultsReader(broker.bootstrap).start()
         try:
@@ -257,10 +264,26 @@ def plot(ctx: Context, model: str, runs: list[Measured]) -> None:
     plt.close(fig)
 
 
-def run(ctx: Context, policies: tuple[str, ...] = POLICIES) -> list[Measured]:
+def run(ctx: Context) -> list[Measured]:
     out: list[Measured] = []
     for model in ctx.plan.models:
+        policies = (*POLICIES, *(f"fixed-{n}" for n in FIXED_SIZES[model]))
         runs = [asyncio.run(measure(ctx, model, policy)) for policy in policies]
         plot(ctx, model, runs)
         out += runs
     return out
+
+
+def judged(runs: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """One model's runs (by system): adaptive's worst cap CV over the saturated phases'
+    second halves, and its saturated throughput over the best fixed cap's."""
+    adaptive = runs.get("inferlane-adaptive")
+    fixed = [m["throughput_rps"] for name, m in runs.items() if "-fixed-" in name]
+    if adaptive is None:
+        return {}
+    cvs = [s["cap_cv"] for s in adaptive["extra"]["saturated"]]
+    best = max(fixed, default=0.0)
+    return {
+        "adaptive_cap_cv_max": max(cvs) if cvs and None not in cvs else None,
+        "adaptive_over_best_fixed": adaptive["throughput_rps"] / best if best else None,
+    }
