@@ -1,5 +1,10 @@
 """Window counts in memory, between flushes to SQL; references built from the first rows.
 
+``add`` only files a batch's observation under its window: it runs on the event loop
+for every batch served. ``take`` (once per flush) counts what was filed, one window at
+a time over the concatenated values, so the numpy steps and their fixed cost run once
+per window per flush instead of once per batch.
+
 Until a model version has a reference for a series, that series' values wait here;
 the first ``reference_rows`` of them become the reference, and every waiting value is
 then binned into the window it arrived in.
@@ -50,18 +55,36 @@ class WindowAccumulator:
         self._waiting: dict[SeriesKey, _Waiting] = {}
         self._deltas: dict[WindowKey, WindowDelta] = {}
         self._new_references: list[Reference] = []
+        self._filed: dict[WindowKey, list[Observation]] = {}  # added, not yet counted
 
     def add(self, obs: Observation, at: datetime) -> WindowKey:
         key = WindowKey(obs.model, obs.model_version, window_start(at, self.window_s))
-        delta = self._delta(key)
-        delta.rows += obs.rows
-        if len(obs.abs_errors):
-            delta.add_labels(obs.abs_errors)
-        if obs.output_kind is not None and len(obs.outputs):
-            self._add_series(key, OUTPUT, obs.output_kind, obs.classes, obs.outputs)
-        if len(obs.inputs):
-            self._add_series(key, INPUT, NUMERIC, 0, obs.inputs)
+        filed = self._filed.get(key)
+        if filed is None:
+            self._filed[key] = [obs]
+        else:
+            filed.append(obs)
         return key
+
+    def _count_filed(self) -> None:
+        """Count every filed observation, window by window, in the order they were added
+        (the first rows of a version become its reference)."""
+        filed, self._filed = self._filed, {}
+        for key, observations in filed.items():
+            delta = self._delta(key)
+            delta.rows += sum(obs.rows for obs in observations)
+            errors = [e for obs in observations for e in obs.abs_errors]
+            if errors:
+                delta.add_labels(errors)
+            first = observations[0]
+            outputs = [obs.outputs for obs in observations if obs.output_kind and len(obs.outputs)]
+            if first.output_kind is not None and outputs:
+                self._add_series(
+                    key, OUTPUT, first.output_kind, first.classes, np.concatenate(outputs)
+                )
+            inputs = [obs.inputs for obs in observations if len(obs.inputs)]
+            if inputs:
+                self._add_series(key, INPUT, NUMERIC, 0, np.concatenate(inputs))
 
     def add_checks(self, key: WindowKey, checked: int, deviant: int) -> None:
         delta = self._delta(key)
@@ -70,6 +93,7 @@ class WindowAccumulator:
 
     def take(self) -> tuple[dict[WindowKey, WindowDelta], list[Reference]]:
         """The counts and references gathered since the last call."""
+        self._count_filed()
         deltas, refs = self._deltas, self._new_references
         self._deltas, self._new_references = {}, []
         return deltas, refs

@@ -62,8 +62,10 @@ def observe(batch: Batch, outcomes: Sequence[Outcome], adapter: Adapter) -> Obse
 
 def _row_means(items: list[np.ndarray]) -> np.ndarray:
     """The mean of each item's features (items: flat arrays of one length)."""
-    # As np.stack, and as strict about shapes, but without its Python step per item.
-    return np.array(items).mean(axis=1)
+    # As np.stack, and as strict about shapes, but without its Python step per item; a
+    # bare reduce, as ndarray.mean's Python wrapper costs more than the sum on a batch.
+    rows = np.array(items)
+    return np.add.reduce(rows, axis=1, dtype=np.float64) / rows.shape[1]
 
 
 def _outputs(adapter: Adapter, outputs: list[object]) -> tuple[str | None, int, np.ndarray]:

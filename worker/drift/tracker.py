@@ -1,10 +1,11 @@
 """``DriftTracker``: the worker's drift windows, flushed to SQL and judged when closed.
 
-The event loop only appends finished batches to a deque (``observe``); the tracker's
-own thread takes them every 10 ms, adds them to the in-memory windows, and every
-``flush_s`` writes the counts (one transaction), stores new references, and evaluates
-the windows that closed. A crash loses at most the counts not yet flushed: windows are
-a statistic, not a ledger.
+The event loop counts each finished batch into the in-memory windows as it finishes
+(``observe``: a few microseconds per request, whole-batch numpy). The tracker's own
+thread wakes every ``flush_s``: it writes the counts (one transaction), stores new
+references, evaluates the windows that closed, and runs the sampled reference checks
+(a forward pass on another model: never on the loop). A crash loses at most the counts
+not yet flushed: windows are a statistic, not a ledger.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -43,12 +43,6 @@ Thresholds = Callable[[str], DriftThresholds]
 
 Queued = tuple[Batch, list[Outcome], datetime]
 
-# How often the tracker's thread looks for finished batches. Polling keeps the event
-# loop's part to an append: a to_thread hop or a thread wake-up per batch cost the loop
-# more than the counting itself costs (py-spy --gil); 10 ms is soon enough that a
-# batch's objects are still in cache when it is counted.
-_POLL_S = 0.01
-
 
 class DriftTracker:
     def __init__(
@@ -72,14 +66,22 @@ class DriftTracker:
         self._metrics = metrics
         self._run_reference = run_reference
         self._checks: list[ReferenceCheck] = []  # not yet stored
-        self._queue: deque[Queued] = deque()  # appended on the loop, taken in the thread
+        # Batches sampled for a reference check: appended on the loop, run in the thread.
+        self._queue: deque[Queued] = deque()
         self._open: set[WindowKey] = set()  # windows with counts, not yet judged closed
+        # The loop counts while the thread takes and judges: the windows' lock. Counting
+        # in place costs the loop less than handing each batch to a thread: the GIL
+        # serializes the counting either way, and a hand-over adds a switch per batch.
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
 
     def observe(self, batch: Batch, outcomes: list[Outcome]) -> None:
-        """On the event loop: queue only; the work happens in the tracker's thread."""
-        self._queue.append((batch, outcomes, datetime.now(UTC)))
+        """On the event loop: count the batch; queue it if a reference check is due."""
+        queued = (batch, outcomes, datetime.now(UTC))
+        self.absorb([queued], checks=False)
+        if self._run_reference is not None and self._thresholds(batch.model).reference_model:
+            self._queue.append(queued)
 
     async def start(self) -> None:
         self._acc.references = await asyncio.to_thread(load_references, self._engine)
@@ -87,41 +89,40 @@ class DriftTracker:
         self._thread.start()
 
     async def stop(self) -> None:
-        """Count what is queued, then flush and judge every window touched, closed or not."""
+        """Run the queued checks, then flush and judge every window touched, closed or not."""
         if self._thread is not None:
             self._stopping.set()
             await asyncio.to_thread(self._thread.join)
         try:
-            await asyncio.to_thread(self._absorb_queued)  # what came after the thread's last
+            await asyncio.to_thread(self._check_queued)  # what came after the thread's last
             await asyncio.to_thread(self.flush, final=True)
         except Exception:  # the worker's shutdown goes on: these are statistics
             log.exception("drift windows: last flush failed")
 
     def _run(self) -> None:
-        """The tracker's thread: the queued batches every ``_POLL_S``, a flush every
-        ``flush_s``, until stop()."""
-        next_flush = time.monotonic() + self._flush_s
-        while not self._stopping.wait(_POLL_S):
+        """The tracker's thread: every ``flush_s``, the queued reference checks and a
+        flush, until stop()."""
+        while not self._stopping.wait(self._flush_s):
             try:
-                self._absorb_queued()
-                if time.monotonic() >= next_flush:
-                    next_flush = time.monotonic() + self._flush_s
-                    self.flush(final=False)
+                self._check_queued()
+                self.flush(final=False)
             except Exception:  # unflushed counts stay in memory: written at the next flush
                 log.exception("drift windows: update failed")
 
-    def _absorb_queued(self) -> None:
-        # One at a time, holding none after: each is freed where its last user lets go.
+    def _check_queued(self) -> None:
         while self._queue:
-            self.absorb([self._queue.popleft()])
+            batch, outcomes, at = self._queue.popleft()
+            if self._run_reference is not None:
+                self._check(batch, outcomes, at, self._run_reference)
 
-    def absorb(self, queued: list[Queued]) -> None:
-        """Thread side: count finished batches (and run the sampled reference checks)."""
+    def absorb(self, queued: list[Queued], *, checks: bool = True) -> None:
+        """Count finished batches; with ``checks``, run their sampled reference checks
+        here too (blocking: a forward pass)."""
         for batch, outcomes, at in queued:
             obs = observe(batch, outcomes, self._adapter_for(batch.model))
             if obs is not None:
                 self.record(obs, at)
-            if self._run_reference is not None:
+            if checks and self._run_reference is not None:
                 self._check(batch, outcomes, at, self._run_reference)
 
     def _check(
@@ -136,33 +137,39 @@ class DriftTracker:
 
     def record_checks(self, checks: list[ReferenceCheck]) -> None:
         """Count reference checks in their windows; they are stored at the next flush."""
-        for c in checks:
-            key = WindowKey(c.model, c.model_version, window_start(c.at, self._acc.window_s))
-            self._acc.add_checks(key, 1, int(c.deviant))
-            self._open.add(key)
-        self._checks += checks
+        with self._lock:
+            for c in checks:
+                key = WindowKey(c.model, c.model_version, window_start(c.at, self._acc.window_s))
+                self._acc.add_checks(key, 1, int(c.deviant))
+                self._open.add(key)
+            self._checks += checks
 
     def record(self, obs: Observation, at: datetime) -> None:
-        """Count ``obs`` in the window holding ``at`` (blocking-free, thread side)."""
-        self._open.add(self._acc.add(obs, at))
+        """Count ``obs`` in the window holding ``at`` (blocking-free)."""
+        with self._lock:
+            self._open.add(self._acc.add(obs, at))
 
     def flush(self, *, final: bool) -> None:
         """Blocking: write the counts, store new references, judge closed windows (every
         window touched when ``final``)."""
-        deltas, refs = self._acc.take()
-        checks, self._checks = self._checks, []
+        with self._lock:
+            deltas, refs = self._acc.take()
+            checks, self._checks = self._checks, []
         try:
             for ref in refs:
                 save_reference(self._engine, ref)  # idempotent: first stored wins
             add_checks(self._engine, [_check_row(c) for c in checks])  # idempotent too
             add_windows(self._engine, deltas, self._acc.window_s)
         except Exception:
-            self._acc.restore(deltas, refs)
-            self._checks[:0] = checks
+            with self._lock:
+                self._acc.restore(deltas, refs)
+                self._checks[:0] = checks
             raise
         if refs:
             # Another worker may have stored its reference first: use the stored one.
-            self._acc.references = load_references(self._engine)
+            stored = load_references(self._engine)
+            with self._lock:
+                self._acc.references = stored
         self._judge(final)
 
     def _judge(self, final: bool) -> None:
@@ -170,10 +177,12 @@ class DriftTracker:
         grace = timedelta(seconds=2 * self._flush_s)
         now = datetime.now(UTC)
         window = timedelta(seconds=self._acc.window_s)
-        closed = {k for k in self._open if final or k.window_start + window + grace <= now}
+        with self._lock:
+            closed = {k for k in self._open if final or k.window_start + window + grace <= now}
+            self._open -= closed
+            references = dict(self._acc.references)
         if not closed:
             return
-        self._open -= closed
         since = min(k.window_start for k in closed)
         for stats in read_windows(self._engine, since=since):
             key = WindowKey(stats.model, stats.model_version, stats.start)
@@ -181,7 +190,7 @@ class DriftTracker:
                 continue
             refs = {
                 series: ref
-                for (model, version, series), ref in self._acc.references.items()
+                for (model, version, series), ref in references.items()
                 if (model, version) == (key.model, key.model_version)
             }
             verdict = evaluate(stats, refs, self._thresholds(key.model))
