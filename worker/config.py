@@ -153,12 +153,24 @@ class SchedulingConfig(_Frozen):
     # curve says computes within this long, so a high batch waits at most about a slice.
     slice_ms: float | None = Field(default=25.0, gt=0)
     active_window_s: float = Field(default=1.0, gt=0)  # "active": an item seen this recently
+    # Per lane: the tail (95th percentile) of one forward pass a batch of that lane may
+    # reach; the throughput curve sizes it. None: the model's cap (highest items/s).
+    high_latency_target_ms: float | None = Field(default=200.0, gt=0)
+    normal_latency_target_ms: float | None = Field(default=None, gt=0)
+    low_latency_target_ms: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _shares_fit(self) -> SchedulingConfig:
         if self.share_high + self.share_normal + self.share_low > 1.0 + 1e-9:
             raise ValueError("lane shares must add up to at most 1")
         return self
+
+    def lane_latency_targets_ms(self) -> dict[Priority, float | None]:
+        return {
+            Priority.HIGH: self.high_latency_target_ms,
+            Priority.NORMAL: self.normal_latency_target_ms,
+            Priority.LOW: self.low_latency_target_ms,
+        }
 
     def lane_timeouts_ms(self) -> dict[Priority, int | None]:
         return {

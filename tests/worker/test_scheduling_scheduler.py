@@ -66,3 +66,23 @@ def test_a_backlogged_busy_device_does_not_walk_the_cap_down(
         now[0] += 0.150
     assert naive.limit("digits", Priority.NORMAL) == 1
     assert adaptive.limit("digits", Priority.NORMAL) >= START_CAP
+
+
+def test_each_lane_is_cut_to_its_own_latency_target_from_the_curve(
+    demo_registry: ModelRegistry,
+) -> None:
+    """5 ms per item: the high lane's 100 ms target allows about 20 items, the normal lane
+    (no target) keeps the model's cap, and a low lane with 50 ms about 10."""
+    now = [0.0]
+    scheduler, _ = make(
+        demo_registry, now, high_latency_target_ms=100, low_latency_target_ms=50, slice_ms=None
+    )
+    for size in (8, 32):
+        for _ in range(10):
+            batch = Batch("digits", [pending("digits") for _ in range(size)], now[0])
+            scheduler.finished(batch, run_of(batch, now[0], 0.005 * size))
+            now[0] += 0.005 * size
+    cap = scheduler.limit("digits", Priority.NORMAL)
+    assert cap >= START_CAP
+    assert 16 <= scheduler.limit("digits", Priority.HIGH) <= 20 < cap
+    assert 8 <= scheduler.limit("digits", Priority.LOW) <= 10

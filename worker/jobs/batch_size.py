@@ -9,7 +9,6 @@ items/s. No request waits behind a job's batch, so there is no latency target.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -39,7 +38,7 @@ class BatchSizer:
         if fixed is not None:
             self._controller = BatchController(params, fixed, policy="fixed")
         else:
-            unbounded = params.model_copy(update={"latency_target_ms": math.inf})
+            unbounded = params.model_copy(update={"latency_target_ms": None})
             self._controller = BatchController(unbounded, max_batch)
         self.max_cost = params.max_batch_cost  # the batcher's padded size cap, shared
         self._curve = ThroughputCurve()

@@ -143,7 +143,9 @@ class BatchController:
         and buy no latency: the collapse again, by another road."""
         floor = curve.floor_ms()
         target = self.params.latency_target_ms
-        return math.inf if floor is not None and floor > target else target
+        if target is None or (floor is not None and floor > target):
+            return math.inf
+        return target
 
     def _fits(self, curve: ThroughputCurve, size: int) -> bool:
         """Whether ``size`` is expected to meet the latency target: its own tail when

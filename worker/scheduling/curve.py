@@ -93,15 +93,16 @@ class ThroughputCurve:
         ]
         return max(fits)[1] if fits else None
 
-    def slice_size(self, slice_ms: float) -> int | None:
-        """The largest size whose median forward pass should fit in ``slice_ms``.
+    def slice_size(self, slice_ms: float, quantile: float = 0.5) -> int | None:
+        """The largest size whose forward passes' ``quantile`` (default: the median)
+        should fit in ``slice_ms``.
 
         Scaled from the largest measured size that fits (time per item falls with size,
         so the estimate errs small, and the next measurement moves it up), kept below the
         smallest measured size that does not. None: nothing measured yet.
         """
         medians = {
-            size: 1000 * stats.quantile_s(0.5)
+            size: 1000 * stats.quantile_s(quantile)
             for size, stats in self._sizes.items()
             if len(stats.compute_s) >= MIN_SAMPLES
         }

@@ -26,6 +26,8 @@ from worker.scheduling.metrics import SchedulingMetrics
 from worker.scheduling.probes import BusyWindow, Probe, open_probe
 from worker.scheduling.shares import LaneShares
 
+TAIL = 0.95  # the quantile a lane's latency target bounds (as the controller's guard)
+
 
 class Scheduler:
     def __init__(
@@ -53,6 +55,7 @@ class Scheduler:
         self._last_seen: dict[Priority, float] = {}  # lane -> last batch dispatched
         self._probe: Probe = BusyWindow(config.busy_window_s)
         self.shares = LaneShares(config.lane_shares(), window=config.share_window)
+        self._lane_targets_ms = config.lane_latency_targets_ms()
 
     def _controller(self, model: str) -> BatchController:
         """The model's controller; made on first sight for a model added later."""
@@ -89,12 +92,16 @@ class Scheduler:
     # -- the batcher's questions -------------------------------------------------------
 
     def limit(self, model: str, lane: Priority) -> int:
+        """The model's cap, cut to the lane's latency target (a tail) and, while a higher
+        lane is active, to a slice (a median), each sized from the throughput curve."""
         cap = self._controller(model).cap
+        curve = self._curves[model]
+        target_ms = self._lane_targets_ms[lane]
+        if target_ms is not None:
+            cap = min(cap, curve.slice_size(target_ms, quantile=TAIL) or cap)
         slice_ms = self.config.slice_ms
         if slice_ms is not None and self._higher_lane_active(lane):
-            sliced = self._curves[model].slice_size(slice_ms)
-            if sliced is not None:
-                cap = min(cap, sliced)
+            cap = min(cap, curve.slice_size(slice_ms) or cap)
         return cap
 
     def max_cost(self, model: str) -> int | None:
