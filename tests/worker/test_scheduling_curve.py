@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.scheduling.curve import MIN_SAMPLES, ThroughputCurve
+from worker.scheduling.curve import MIN_SAMPLES, RateStats, ThroughputCurve, beats
 from worker.scheduling.probes import BusyWindow, open_probe
 
 
@@ -18,27 +18,52 @@ def measured(points: dict[int, float], times: int = MIN_SAMPLES) -> ThroughputCu
 
 def test_a_size_counts_only_after_enough_batches() -> None:
     curve = measured({8: 0.01}, times=MIN_SAMPLES - 1)
-    assert curve.rate(8) is None and curve.best(target_ms=100, max_size=64) is None
+    assert curve.rate_stats(8) is None and curve.tail_ms(8) is None
     curve.record(8, 0.01, 1.0)
-    assert curve.rate(8) == pytest.approx(800)
+    assert curve.rate_stats(8) == RateStats(800.0, 0.0, MIN_SAMPLES)
     assert curve.tail_ms(8) == pytest.approx(10)
 
 
-def test_best_is_the_fastest_size_within_the_latency_target() -> None:
-    curve = measured({8: 0.010, 32: 0.020, 64: 0.080})  # 800, 1600, 800 items/s
-    assert curve.best(target_ms=100, max_size=256) == 32
-    assert curve.best(target_ms=15, max_size=256) == 8
-    assert curve.best(target_ms=100, max_size=16) == 8
+def test_a_new_batch_moves_the_cached_quantiles() -> None:
+    curve = measured({8: 0.01})
+    assert curve.tail_ms(8) == pytest.approx(10)
+    curve.record(8, 0.05, 1.0)
+    assert curve.tail_ms(8) == pytest.approx(50)
 
 
-def test_slice_size_scales_from_the_largest_fitting_size_and_stays_below_a_slow_one() -> None:
+def figures(stats: RateStats | None) -> tuple[float, float, int]:
+    assert stats is not None
+    return stats.mean, stats.spread, stats.n
+
+
+def test_rate_stats_reads_the_latest_batches_since_a_clock() -> None:
+    curve = ThroughputCurve()
+    for at, seconds in enumerate((0.1, 0.1, 0.1, 0.01, 0.02, 0.01, 0.02)):
+        curve.record(1, seconds, float(at))
+    assert figures(curve.rate_stats(1, since_s=3.0)) == pytest.approx((75, 0.385, 4), abs=1e-3)
+    assert figures(curve.rate_stats(1, last=3)) == pytest.approx((200 / 3, 0.433, 3), abs=1e-3)
+    assert curve.rate_stats(1, since_s=5.0) is None  # two batches only
+
+
+def test_beats_needs_the_margin_and_the_noise() -> None:
+    quiet, base = RateStats(1100, 0.0, 16), RateStats(1000, 0.0, 16)
+    assert beats(quiet, base, margin=0.03, z=2) and not beats(base, quiet, margin=0.03, z=2)
+    assert not beats(quiet, base, margin=0.2, z=2)
+    # 15% noise per batch: three batches cannot tell 10% apart, sixty-four can.
+    assert not beats(RateStats(1100, 0.15, 3), RateStats(1000, 0.15, 3), margin=0.03, z=2)
+    assert beats(RateStats(1100, 0.15, 64), RateStats(1000, 0.15, 64), margin=0.03, z=2)
+    # The spread is pooled: three quiet batches prove nothing on a noisy machine.
+    assert not beats(RateStats(1100, 0.0, 3), RateStats(1000, 0.15, 64), margin=0.03, z=2)
+
+
+def test_size_within_scales_from_the_largest_fitting_size_and_stays_below_a_slow_one() -> None:
     curve = measured({4: 0.004, 8: 0.008, 64: 0.064})
-    assert curve.slice_size(10) == 10  # 8 items in 8 ms: 10 in 10 ms
-    assert curve.slice_size(100) == 100
-    assert measured({4: 0.004, 16: 0.032}).slice_size(10) == 10
-    assert measured({16: 0.032}).slice_size(10) == 5  # below every measured size
-    assert measured({4: 0.004, 12: 0.011}).slice_size(10) == 10
-    assert ThroughputCurve().slice_size(10) is None
+    assert curve.size_within(10) == 10  # 8 items in 8 ms: 10 in 10 ms
+    assert curve.size_within(100) == 100
+    assert measured({4: 0.004, 16: 0.032}).size_within(10) == 10
+    assert measured({16: 0.032}).size_within(10) == 5  # below every measured size
+    assert measured({4: 0.004, 12: 0.011}).size_within(10) == 10
+    assert ThroughputCurve().size_within(10) is None
 
 
 def test_busy_window_is_the_busy_fraction_of_the_last_window() -> None:

@@ -8,13 +8,18 @@ The adaptive policy keeps the rule where it is right and replaces it where it is
 - latency guard first: a cap whose forward passes exceed ``latency_target_ms`` shrinks
   (unless the measured curve says no size can meet it: then throughput decides);
 - backlog (a full batch is waiting) with a busy device: climb the measured throughput
-  curve, exploring the neighbour sizes not measured lately (double, half, one step up
-  and down), and settle on the size with the most items/s that meets the latency
-  target (moves only for a gain above ``HYSTERESIS``);
+  curve. From the cap, take a short trip to each neighbour size not measured lately
+  (double, half, one step up and down) that should meet the latency target; the
+  neighbour takes over only when its items/s beat the cap's by more than
+  ``HYSTERESIS`` and by more than the noise (``curve.beats``), else the cap returns.
+  Once a round of trips leaves the cap where it is, the climb is settled: it explores
+  again on a longer timer, or as soon as the cap's own rate departs from its settled
+  rate (the workload changed, the optimum may have moved);
 - backlog with an idle device: the device is not the bottleneck, bigger batches spread
   the per-batch cost, so grow;
 - headroom (no backlog): utilization decides, as in the rule.
 
+Leaving the climb (headroom, a latency move) ends a trip and unsettles it.
 ``naive`` is the rule alone (the baseline that collapses); ``fixed`` holds max_batch.
 """
 
@@ -24,13 +29,18 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from worker.scheduling.curve import ThroughputCurve
+from worker.scheduling.curve import MIN_SAMPLES, RateStats, ThroughputCurve, beats
 from worker.scheduling.params import ControllerParams
 
 Policy = Literal["adaptive", "naive", "fixed"]
 
 HYSTERESIS = 0.03  # a measured size must beat the current one by this to take over
+Z = 2.0  # ... and by this many standard errors (one-sided, ~2% false moves per trip)
 STALE_S = 60.0  # a neighbour measured longer ago than this is explored again
+SETTLED_STALE_S = 300.0  # the same once settled
+# Settled: the cap's recent rate departing from its settled rate by more than this (and
+# the noise) means the workload changed.
+DRIFT = 0.2
 # Moves up (best, explore, grow) need a tail this far under the target, the guard one
 # above it: a noise band, so that a size near the target does not flip between the two.
 LATENCY_MARGIN = 0.9
@@ -50,7 +60,21 @@ class Observation:
 @dataclass(frozen=True, slots=True)
 class Decision:
     cap: int
-    reason: str  # why: idle, latency, headroom, busy, explore, best, converged, ...
+    reason: str  # idle, latency, headroom, busy, steady, measuring, explore, back, best,
+    # settled, drift
+
+
+@dataclass(frozen=True, slots=True)
+class _Trip:
+    home: int  # the cap to return to unless the neighbour beats it
+    rate: RateStats  # the home cap's rate
+    started_s: float  # the neighbour's batches from here on measure it
+
+
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    at_s: float
+    rate: RateStats  # the cap's rate when it settled
 
 
 class BatchController:
@@ -61,6 +85,10 @@ class BatchController:
         self.max_batch = max_batch
         self.policy: Policy = policy
         self._cap = max_batch if policy == "fixed" else min(max_batch, START_CAP)
+        self._trip: _Trip | None = None
+        self._settled: _Settled | None = None
+        # Batches that ended before this are not compared: the workload changed since.
+        self._since_s = -math.inf
 
     @property
     def cap(self) -> int:
@@ -96,6 +124,14 @@ class BatchController:
     # -- adaptive ----------------------------------------------------------------------
 
     def _adaptive(self, obs: Observation, curve: ThroughputCurve) -> Decision:
+        decision = self._off_climb(obs, curve)
+        if decision is None:
+            return self._climb(obs.now_s, curve)
+        self._trip = self._settled = None  # the climb starts from the new cap, unsettled
+        return decision
+
+    def _off_climb(self, obs: Observation, curve: ThroughputCurve) -> Decision | None:
+        """The latency guard and the headroom paths; None: backlog and busy, climb."""
         cap, target = self._cap, self._target_ms(curve)
         tail = curve.tail_ms(cap)
         if tail is not None and tail > target:
@@ -110,26 +146,58 @@ class BatchController:
         if (obs.utilization or 0.0) < self.params.min_util:  # backlog, device not the limit
             up = self._up(cap)
             return Decision(up if self._fits(curve, up) else cap, "headroom")
-        return self._climb(obs.now_s, curve)
+        return None
 
     def _climb(self, now_s: float, curve: ThroughputCurve) -> Decision:
-        """Hill-climb on the measured curve: go to the best size when it beats the cap by
-        more than the hysteresis; from a size that is (near) the best, measure the
-        neighbours not measured in ``STALE_S``, so the curve follows a drifting optimum."""
-        cap, target = self._cap, self._target_ms(curve)
-        current = curve.rate(cap)
+        """Hill-climb on the measured curve by trips to the neighbours not measured in
+        ``STALE_S`` (``SETTLED_STALE_S`` once settled), so the curve follows a drifting
+        optimum; settle when none is left to measure."""
+        if self._trip is not None:
+            return self._end_trip(self._trip, curve)
+        cap = self._cap
+        current = curve.rate_stats(cap, since_s=self._since_s)
         if current is None:
             return Decision(cap, "measuring")
-        best = curve.best(target_ms=target * LATENCY_MARGIN, max_size=self.max_batch)
-        gain = (curve.rate(best) or 0.0) / current - 1 if best is not None else 0.0
-        if best is not None and best != cap and gain > HYSTERESIS:
-            return Decision(best, "best")
+        if self._settled is not None and self._drifted(self._settled, curve):
+            self._settled, self._since_s = None, now_s
+            return Decision(cap, "drift")
+        stale_s = STALE_S if self._settled is None else SETTLED_STALE_S
         for neighbour in self._neighbours(cap):
             seen = curve.seen_s(neighbour)
-            fresh = seen is not None and now_s - seen < STALE_S
+            fresh = seen is not None and seen >= self._since_s and now_s - seen < stale_s
             if not fresh and self._fits(curve, neighbour):
+                self._trip = _Trip(cap, current, now_s)
                 return Decision(neighbour, "explore")
-        return Decision(cap, "converged")
+        if self._settled is None:
+            self._settled = _Settled(now_s, current)
+        return Decision(cap, "settled")
+
+    def _end_trip(self, trip: _Trip, curve: ThroughputCurve) -> Decision:
+        """Once the neighbour has batches of its own, it takes over only when it beats
+        the cap it left by more than the hysteresis and the noise; one ahead by less than
+        the noise gets a few more batches (a 30% gain can hide in three noisy ones)."""
+        cap = self._cap
+        there = curve.rate_stats(cap, since_s=trip.started_s)
+        if there is None:
+            return Decision(cap, "explore")
+        fits = self._fits(curve, cap)
+        if fits and beats(there, trip.rate, margin=HYSTERESIS, z=Z):
+            self._trip = self._settled = None
+            return Decision(cap, "best")
+        ahead = there.mean > trip.rate.mean * (1 + HYSTERESIS)
+        if fits and ahead and there.n < 2 * MIN_SAMPLES:
+            return Decision(cap, "explore")
+        self._trip = None
+        return Decision(trip.home, "back")
+
+    def _drifted(self, settled: _Settled, curve: ThroughputCurve) -> bool:
+        """Whether the cap's latest batches depart from its settled rate, either way."""
+        recent = curve.rate_stats(self._cap, since_s=settled.at_s)
+        if recent is None:
+            return False
+        return beats(recent, settled.rate, margin=DRIFT, z=Z) or beats(
+            settled.rate, recent, margin=DRIFT, z=Z
+        )
 
     def _neighbours(self, cap: int) -> list[int]:
         """Double and half first (another basin: on CPU, minilm's best size moved

@@ -3,27 +3,56 @@
 Pure bookkeeping: batches are recorded with their size, compute time and a clock
 reading; nothing here reads a clock. The best batch size moves from run to run
 (minilm's between 8 and 64 on one machine), so it is measured, never configured.
+Rates are compared with their noise (``beats``): on a shared CPU, neighbouring sizes
+often differ by less than one batch's rate varies from batch to batch.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
 _KEEP = 64  # recent forward passes per size (percentiles)
-_ALPHA = 0.3  # EWMA weight of the newest batch in the rate
+RECENT = 16  # the latest batches at a size its rate is taken from
 MIN_SAMPLES = 3  # batches at a size before its figures count
+
+
+@dataclass(frozen=True, slots=True)
+class RateStats:
+    """Items/s over some recent batches at one size."""
+
+    mean: float
+    spread: float  # standard deviation of one batch's rate, relative to the mean
+    n: int  # batches
+
+
+def beats(a: RateStats, b: RateStats, *, margin: float, z: float) -> bool:
+    """Whether ``a``'s mean rate is above ``b``'s by more than ``margin`` (relative to
+    ``b``) and by more than ``z`` standard errors of the difference (a one-sided test).
+    The relative spread is pooled over both: the noise is the machine's, common to both
+    sizes, and a spread from three batches alone can be small or large by chance."""
+    spread = math.sqrt(((a.n - 1) * a.spread**2 + (b.n - 1) * b.spread**2) / (a.n + b.n - 2))
+    noise = z * spread * math.sqrt(a.mean**2 / a.n + b.mean**2 / b.n)
+    return a.mean > b.mean * (1 + margin) and a.mean - b.mean > noise
 
 
 @dataclass(slots=True)
 class SizeStats:
-    rate: float  # items/s, EWMA
-    seen_s: float  # clock of the last batch at this size
     compute_s: deque[float] = field(default_factory=lambda: deque(maxlen=_KEEP))
+    at_s: deque[float] = field(default_factory=lambda: deque(maxlen=_KEEP))  # their clocks
+    _ordered: list[float] | None = None  # compute_s sorted, kept until the next batch
+
+    def add(self, compute_s: float, now_s: float) -> None:
+        self.compute_s.append(compute_s)
+        self.at_s.append(now_s)
+        self._ordered = None
 
     def quantile_s(self, q: float) -> float:
-        ordered = sorted(self.compute_s)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        # Cached: the scheduler's limit() asks for quantiles on every batch plan.
+        if self._ordered is None:
+            self._ordered = sorted(self.compute_s)
+        return self._ordered[min(len(self._ordered) - 1, int(q * len(self._ordered)))]
 
 
 class ThroughputCurve:
@@ -33,14 +62,7 @@ class ThroughputCurve:
     def record(self, size: int, compute_s: float, now_s: float) -> None:
         if size < 1 or compute_s <= 0:
             return
-        rate = size / compute_s
-        stats = self._sizes.get(size)
-        if stats is None:
-            stats = self._sizes[size] = SizeStats(rate, now_s)
-        else:
-            stats.rate += _ALPHA * (rate - stats.rate)
-            stats.seen_s = now_s
-        stats.compute_s.append(compute_s)
+        self._sizes.setdefault(size, SizeStats()).add(compute_s, now_s)
 
     def _known(self, size: int) -> SizeStats | None:
         stats = self._sizes.get(size)
@@ -50,13 +72,25 @@ class ThroughputCurve:
         stats = self._sizes.get(size)
         return 0 if stats is None else len(stats.compute_s)
 
-    def rate(self, size: int) -> float | None:
-        stats = self._known(size)
-        return None if stats is None else stats.rate
+    def rate_stats(
+        self, size: int, *, since_s: float = -math.inf, last: int = RECENT
+    ) -> RateStats | None:
+        """Items/s of the ``last`` batches at ``size`` that ended at or after ``since_s``.
+        None: fewer than ``MIN_SAMPLES`` such batches."""
+        stats = self._sizes.get(size)
+        if stats is None:
+            return None
+        times = [c for c, at in zip(stats.compute_s, stats.at_s, strict=True) if at >= since_s]
+        rates = [size / c for c in times[-last:]]
+        if len(rates) < MIN_SAMPLES:
+            return None
+        mean = sum(rates) / len(rates)
+        variance = sum((r - mean) ** 2 for r in rates) / (len(rates) - 1)
+        return RateStats(mean, math.sqrt(variance) / mean, len(rates))
 
     def seen_s(self, size: int) -> float | None:
         stats = self._known(size)
-        return None if stats is None else stats.seen_s
+        return None if stats is None else stats.at_s[-1]
 
     def tail_ms(self, size: int) -> float | None:
         """The 95th percentile of recent forward passes at ``size``: the latency guard's
@@ -82,20 +116,9 @@ class ThroughputCurve:
         slope = max(0.0, slope)
         return mean_y - slope * (mean_x - 1)
 
-    def best(self, *, target_ms: float, max_size: int) -> int | None:
-        """The measured size with the most items/s whose tail meets the target."""
-        fits = [
-            (stats.rate, size)
-            for size, stats in self._sizes.items()
-            if size <= max_size
-            and len(stats.compute_s) >= MIN_SAMPLES
-            and 1000 * stats.quantile_s(0.95) <= target_ms
-        ]
-        return max(fits)[1] if fits else None
-
-    def slice_size(self, slice_ms: float, quantile: float = 0.5) -> int | None:
+    def size_within(self, ms: float, quantile: float = 0.5) -> int | None:
         """The largest size whose forward passes' ``quantile`` (default: the median)
-        should fit in ``slice_ms``.
+        should fit in ``ms`` (a lane's latency target, a slice).
 
         Scaled from the largest measured size that fits (time per item falls with size,
         so the estimate errs small, and the next measurement moves it up), kept below the
@@ -108,10 +131,10 @@ class ThroughputCurve:
         }
         if not medians:
             return None
-        fitting = [size for size, ms in medians.items() if ms <= slice_ms]
-        too_long = [size for size, ms in medians.items() if ms > slice_ms]
+        fitting = [size for size, took in medians.items() if took <= ms]
+        too_long = [size for size, took in medians.items() if took > ms]
         base = max(fitting) if fitting else min(too_long)
-        estimate = int(base * slice_ms / max(medians[base], 1e-6))
+        estimate = int(base * ms / max(medians[base], 1e-6))
         if too_long:
             estimate = min(estimate, min(too_long) - 1)
         return max(1, estimate, max(fitting, default=1))

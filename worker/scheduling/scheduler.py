@@ -98,10 +98,10 @@ class Scheduler:
         curve = self._curves[model]
         target_ms = self._lane_targets_ms[lane]
         if target_ms is not None:
-            cap = min(cap, curve.slice_size(target_ms, quantile=TAIL) or cap)
+            cap = min(cap, curve.size_within(target_ms, quantile=TAIL) or cap)
         slice_ms = self.config.slice_ms
         if slice_ms is not None and self._higher_lane_active(lane):
-            cap = min(cap, curve.slice_size(slice_ms) or cap)
+            cap = min(cap, curve.size_within(slice_ms) or cap)
         return cap
 
     def max_cost(self, model: str) -> int | None:
