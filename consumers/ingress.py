@@ -2,6 +2,13 @@
 
 A thin facade over aiokafka: fetch raw records, pause/resume topics for
 backpressure, seek and commit positions, and hand rebalances to the owner.
+
+The urgent topics (the high lane) are read by a second consumer on its own connection.
+One consumer sends one fetch at a time to a broker, and a fetch that carries bulk
+records can take a loaded broker hundreds of milliseconds to serve: a high request
+must not wait for it. That consumer joins no group: it reads the urgent partitions the
+group assigns to this member (kept paused on the group's consumer), from the group's
+committed offsets unless the owner seeks elsewhere; commits go through the group.
 """
 
 from __future__ import annotations
@@ -48,43 +55,74 @@ class Ingress:
         self._topics = topics
         self._urgent = urgent_topics
         self._max_records = max_records
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
-            group_id=group_id,
-            client_id=client_id,
-            enable_auto_commit=False,  # we commit only what is durable
-            auto_offset_reset="earliest",
-            fetch_max_wait_ms=max_wait_ms,
+        common = {
+            "bootstrap_servers": bootstrap,
+            "client_id": client_id,
+            "enable_auto_commit": False,  # we commit only what is durable
+            "auto_offset_reset": "earliest",
+            "fetch_max_wait_ms": max_wait_ms,
             # Oversized records must still arrive, so that they can be dead-lettered.
-            max_partition_fetch_bytes=max(1_048_576, 2 * max_message_bytes),
+            "max_partition_fetch_bytes": max(1_048_576, 2 * max_message_bytes),
+            **(security or KafkaSecurity()).aiokafka_kwargs(),
+        }
+        self._consumer = AIOKafkaConsumer(
+            group_id=group_id,
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=max(1000, session_timeout_ms // 10),
-            **(security or KafkaSecurity()).aiokafka_kwargs(),
+            **common,
         )
+        self._urgent_reader = AIOKafkaConsumer(**common) if urgent_topics else None
+
+    @property
+    def has_urgent(self) -> bool:
+        """Whether urgent topics are fetched apart (``fetch(urgent=True)``)."""
+        return self._urgent_reader is not None
 
     async def start(self, on_assigned: PartitionsCallback, on_revoked: PartitionsCallback) -> None:
+        if self._urgent_reader is not None:
+            await self._urgent_reader.start()
         await self._consumer.start()
-        self._consumer.subscribe(self._topics, listener=_Listener(on_assigned, on_revoked))
+        listener = _Listener(self._assigned(on_assigned), self._revoked(on_revoked))
+        self._consumer.subscribe(self._topics, listener=listener)
 
     async def stop(self) -> None:
         await self._consumer.stop()
+        if self._urgent_reader is not None:
+            await self._urgent_reader.stop()
 
-    async def fetch(self, timeout_ms: int) -> list[RawRecord]:
-        """Up to ``max_records``; the urgent topics' buffered records come first, so a
-        high-priority request never waits behind a fetch full of bulk traffic."""
-        urgent = [tp for tp in self._consumer.assignment() if tp.topic in self._urgent]
-        batches = {}
-        if urgent:
-            batches = await self._consumer.getmany(
-                *urgent, timeout_ms=0, max_records=self._max_records
-            )
-        room = self._max_records - sum(len(b) for b in batches.values())
-        if room > 0:
-            rest = await self._consumer.getmany(
-                timeout_ms=0 if batches else timeout_ms, max_records=room
-            )
-            for tp, messages in rest.items():
-                batches.setdefault(tp, []).extend(messages)
+    def _assigned(self, then: PartitionsCallback) -> PartitionsCallback:
+        async def assigned(keys: set[TopicPartitionKey]) -> None:
+            if self._urgent_reader is not None:
+                urgent = [TopicPartition(*tp) for tp in keys if tp[0] in self._urgent]
+                self._consumer.pause(*urgent)  # the group's consumer never fetches them
+                self._urgent_reader.assign(urgent)
+                for tp in urgent:
+                    offset = await self._consumer.committed(tp)
+                    if offset is not None:  # else auto_offset_reset: the earliest
+                        self._urgent_reader.seek(tp, offset)
+            await then(keys)
+
+        return assigned
+
+    def _revoked(self, then: PartitionsCallback) -> PartitionsCallback:
+        async def revoked(keys: set[TopicPartitionKey]) -> None:
+            if self._urgent_reader is not None:  # stop reading them first
+                kept = [tp for tp in self._urgent_reader.assignment() if _key(tp) not in keys]
+                self._urgent_reader.assign(kept)
+            await then(keys)
+
+        return revoked
+
+    def _reader_of(self, tp: TopicPartitionKey) -> AIOKafkaConsumer:
+        urgent = self._urgent_reader is not None and tp[0] in self._urgent
+        return self._urgent_reader if urgent and self._urgent_reader else self._consumer
+
+    async def fetch(self, timeout_ms: int, *, urgent: bool = False) -> list[RawRecord]:
+        """Up to ``max_records`` of the urgent topics (``urgent``, when they are fetched
+        apart) or of the others."""
+        consumer = self._urgent_reader if urgent else self._consumer
+        assert consumer is not None, "no urgent topics are fetched apart"
+        batches = await consumer.getmany(timeout_ms=timeout_ms, max_records=self._max_records)
         now = time.monotonic()
         return [
             RawRecord(SourceRef(m.topic, m.partition, m.offset), m.key, m.value, now, m.timestamp)
@@ -94,15 +132,25 @@ class Ingress:
 
     def set_paused(self, topics: set[str]) -> None:
         """Pause exactly these topics' partitions; Kafka keeps their data meanwhile."""
-        assigned = self._consumer.assignment()
-        self._consumer.resume(*(tp for tp in assigned if tp.topic not in topics))
-        self._consumer.pause(*(tp for tp in assigned if tp.topic in topics))
+        for tp in self._consumer.assignment():
+            paused = tp.topic in topics
+            reader = self._reader_of(_key(tp))
+            if reader is not self._consumer:
+                self._consumer.pause(tp)  # read apart: paused on the group's consumer
+                if tp not in reader.assignment():
+                    continue
+            if paused:
+                reader.pause(tp)
+            else:
+                reader.resume(tp)
 
     def assignment(self) -> set[TopicPartitionKey]:
-        return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+        return {_key(tp) for tp in self._consumer.assignment()}
 
     def paused(self) -> set[TopicPartitionKey]:
-        return {(tp.topic, tp.partition) for tp in self._consumer.paused()}
+        return {
+            tp for tp in self.assignment() if TopicPartition(*tp) in self._reader_of(tp).paused()
+        }
 
     async def lag(self) -> dict[TopicPartitionKey, int]:
         """Records behind the high watermark of each partition's last fetch.
@@ -113,11 +161,12 @@ class Ingress:
         """
         lag = {}
         for tp in self._consumer.assignment():
-            highwater = self._consumer.highwater(tp)
+            reader = self._reader_of(_key(tp))
+            highwater = reader.highwater(tp)
             if highwater is None:
                 continue
-            position = await self._consumer.position(tp)  # valid once fetched: no wait
-            lag[(tp.topic, tp.partition)] = max(0, highwater - position)
+            position = await reader.position(tp)  # valid once fetched: no wait
+            lag[_key(tp)] = max(0, highwater - position)
         return lag
 
     async def committed(self, tp: TopicPartitionKey) -> int | None:
@@ -125,8 +174,12 @@ class Ingress:
         return None if result is None else int(result)
 
     def seek(self, tp: TopicPartitionKey, offset: int) -> None:
-        self._consumer.seek(TopicPartition(*tp), offset)
+        self._reader_of(tp).seek(TopicPartition(*tp), offset)
 
     async def commit(self, positions: dict[TopicPartitionKey, int]) -> None:
         if positions:
             await self._consumer.commit({TopicPartition(*tp): o for tp, o in positions.items()})
+
+
+def _key(tp: TopicPartition) -> TopicPartitionKey:
+    return (tp.topic, tp.partition)

@@ -12,11 +12,11 @@ has passed: they leave with the plan's ``expired``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from consumers.contract import Priority
-from worker.lanes import CostBudget, Lane, Lanes
+from worker.lanes import LANE_ORDER, CostBudget, Lane, Lanes
 from worker.pending import Batch, Pending
 from worker.scheduling.shares import LaneShares
 
@@ -50,9 +50,13 @@ class Batcher:
         self._resident = resident  # whether a model is on the device
         self._patience_s = patience_s
 
-    def plan(self, now_s: float, *, device_idle: bool) -> BatchPlan:
+    def plan(
+        self, now_s: float, *, device_idle: bool, lanes: Collection[Priority] = LANE_ORDER
+    ) -> BatchPlan:
+        """Expire what has waited past its deadline and form the next batch from one of
+        ``lanes`` (those the executor has room for), if one is ready."""
         expired = self._lanes.expire(now_s)
-        plan = self._form(now_s, device_idle)
+        plan = self._form(now_s, device_idle, lanes)
         plan.expired[:0] = expired
         plan.wake_at_s = _earliest(plan.wake_at_s, self._lanes.next_deadline_s())
         return plan
@@ -62,12 +66,15 @@ class Batcher:
         expired = self._lanes.expire(now_s)
         return BatchPlan(expired=expired, wake_at_s=self._lanes.next_deadline_s())
 
-    def _form(self, now_s: float, device_idle: bool) -> BatchPlan:
+    def _form(self, now_s: float, device_idle: bool, open_lanes: Collection[Priority]) -> BatchPlan:
         lanes = list(self._lanes)
         waiting = [
             (rank, lane, head)
             for rank, lane in enumerate(lanes)
-            if (head := lane.next_head(now_s, resident=self._resident, patience_s=self._patience_s))
+            if lane.priority in open_lanes
+            and (
+                head := lane.next_head(now_s, resident=self._resident, patience_s=self._patience_s)
+            )
         ]
         if not waiting:
             return BatchPlan()
@@ -96,16 +103,16 @@ class Batcher:
         for lower, cap in riders:
             room = min(limit, cap) - len(items)
             items += lower.take(model, room, group_by_cost=grouped, budget=budget)
-        return _split_expired(model, items, now_s)
+        return _split_expired(model, items, now_s, lane.priority)
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else min(a, b)
 
 
-def _split_expired(model: str, items: list[Pending], now_s: float) -> BatchPlan:
+def _split_expired(model: str, items: list[Pending], now_s: float, lane: Priority) -> BatchPlan:
     live = [p for p in items if p.deadline_s is None or p.deadline_s > now_s]
     expired = [p for p in items if p.deadline_s is not None and p.deadline_s <= now_s]
     if not live:
         return BatchPlan(expired=expired, wake_at_s=now_s)
-    return BatchPlan(Batch(model, live, now_s), expired)
+    return BatchPlan(Batch(model, live, now_s, lane=lane), expired)

@@ -6,6 +6,9 @@ left behind (a daemon, so it never holds the process), and the batches queued be
 move to a fresh thread. Every abandoned thread is counted (metric and log); past a limit
 the backend reports itself unhealthy, so that the worker exits and its supervisor starts
 a clean process (uncommitted offsets make the restart safe).
+
+A thread takes its queued batches highest lane first (in order within a lane), so a
+high batch waits for the batch running, never for queued low ones.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter
 
+from worker.lanes import LANE_ORDER, lane_of
 from worker.pending import Batch
 
 log = logging.getLogger(__name__)
@@ -32,6 +36,17 @@ _names = itertools.count(1)
 
 # How often the watchdog looks at the running batches: the timeout's precision.
 WATCH_PERIOD_S = 0.05
+
+_order = itertools.count()  # FIFO within a lane; the end marker sorts after every lane
+_LAST = len(LANE_ORDER)
+
+# (lane rank, arrival, job); a job is None for the end marker.
+Queued = tuple[int, int, tuple[Batch, Future[R]] | None]
+
+
+def _queued(job: tuple[Batch, Future[R]] | None) -> Queued[R]:
+    rank = _LAST if job is None else LANE_ORDER.index(lane_of(job[0]))
+    return rank, next(_order), job
 
 
 class ComputeUnhealthy(RuntimeError):
@@ -55,13 +70,13 @@ def settle(future: Future[R], outcome: R | BaseException) -> None:
 
 
 class ComputeThread(Generic[R]):
-    """One daemon thread running queued batches in order; ``lock`` is its owner's, held
+    """One daemon thread running queued batches by lane; ``lock`` is its owner's, held
     while the thread publishes what it is running, so the watchdog and the thread agree
     on whether a batch finished or was abandoned."""
 
     def __init__(self, work: Callable[[Batch], R], lock: threading.Lock) -> None:
         self.name = f"inferlane-compute-{next(_names)}"
-        self.jobs: queue.SimpleQueue[tuple[Batch, Future[R]] | None] = queue.SimpleQueue()
+        self.jobs: queue.PriorityQueue[Queued[R]] = queue.PriorityQueue()
         self.running: Running[R] | None = None
         self.abandoned = False
         self._work = work
@@ -84,7 +99,7 @@ class ComputeThread(Generic[R]):
 
     def _loop(self) -> None:
         while True:
-            job = self.jobs.get()
+            job = self.jobs.get()[2]
             if job is None:
                 return
             batch, future = job
@@ -128,12 +143,12 @@ class Supervised(Generic[R]):
 
     def put(self, batch: Batch, future: Future[R]) -> None:
         with self._lock:
-            self._thread.jobs.put((batch, future))
+            self._thread.jobs.put(_queued((batch, future)))
 
     def close(self) -> None:
         """Finish the queued jobs, then end the thread."""
         with self._lock:
-            self._thread.jobs.put(None)
+            self._thread.jobs.put(_queued(None))
         while True:  # the watchdog may hand the queue, end marker included, to a new thread
             with self._lock:
                 thread = self._thread

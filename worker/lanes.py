@@ -26,7 +26,10 @@ _tie = itertools.count()  # heap tie-break: never compare two Pending
 
 
 def lane_of(batch: Batch) -> Priority:
-    """The lane a batch serves: its highest item's (lower-lane items may ride along)."""
+    """The lane a batch serves: the one it was formed from, else its highest item's
+    (lower-lane items may ride along)."""
+    if batch.lane is not None:
+        return batch.lane
     lanes = {p.lane for p in batch.items}
     return next((lane for lane in LANE_ORDER if lane in lanes), LANE_ORDER[-1])
 

@@ -46,6 +46,9 @@ class Batch:
     items: list[Pending]
     formed_s: float
     id: str = field(default_factory=lambda: f"b{next(_batch_ids)}")
+    # The lane it was formed from (the batcher sets it; one FIFO lane says normal);
+    # None: its highest item's (see ``worker.lanes.lane_of``).
+    lane: Priority | None = None
 
     def __len__(self) -> int:
         return len(self.items)

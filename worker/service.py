@@ -39,7 +39,7 @@ from worker.delivery import Delivery
 from worker.drift.runtime import Drift
 from worker.executor import BatchRun, Executor, ThreadExecutor
 from worker.inflight import InFlight
-from worker.lanes import Lanes
+from worker.lanes import LANE_ORDER, Lanes, lane_of
 from worker.metrics import WorkerMetrics
 from worker.models import ModelRegistry
 from worker.ops.http import OpsServer
@@ -130,8 +130,10 @@ class Worker:
         self._done = CompletionQueue()
         self._delivery: Delivery | None = None  # made in start(): it needs the database
         self._wake = asyncio.Event()  # new requests or a free executor slot
-        self._intake_lock = asyncio.Lock()  # a rebalance waits for the chunk being admitted
-        self._running_batches = 0
+        # A rebalance waits for the chunk being admitted; the urgent topics' intake has
+        # its own lock, so a high record never waits for a bulk chunk's admission.
+        self._intake_locks = {False: asyncio.Lock(), True: asyncio.Lock()}
+        self._running: Counter[Priority] = Counter()  # batches in the executor, by lane
         self._in_flight = InFlight(
             max_records=settings.lanes.max_in_flight, max_bytes=settings.lanes.max_in_flight_bytes
         )
@@ -190,7 +192,12 @@ class Worker:
         self._failed = asyncio.get_running_loop().create_future()
         self._executor.fail_into(self._failed)  # too many hung models: exit, get restarted
         self._tasks = [
-            asyncio.create_task(self._intake(), name="inferlane-intake"),
+            asyncio.create_task(self._intake(urgent=False), name="inferlane-intake"),
+            *(
+                [asyncio.create_task(self._intake(urgent=True), name="inferlane-intake-urgent")]
+                if self._ingress.has_urgent
+                else []
+            ),
             asyncio.create_task(self._schedule(), name="inferlane-schedule"),
             *self._delivery.start(),
         ]
@@ -291,12 +298,18 @@ class Worker:
 
     # -- intake ------------------------------------------------------------------------
 
-    async def _intake(self) -> None:
+    async def _intake(self, *, urgent: bool) -> None:
         while self._accepting:
-            records = await self._ingress.fetch(_FETCH_TIMEOUT_MS)
+            records = await self._ingress.fetch(_FETCH_TIMEOUT_MS, urgent=urgent)
             if records:
-                async with self._intake_lock:
-                    await self._admit(records)
+                async with self._intake_locks[urgent]:
+                    # A rebalance may have revoked partitions since this fetch returned.
+                    assigned = self._ingress.assignment()
+                    records = [
+                        r for r in records if (r.source.topic, r.source.partition) in assigned
+                    ]
+                    if records:
+                        await self._admit(records)
             self._apply_backpressure()
 
     async def _admit(self, records: list[RawRecord]) -> None:
@@ -324,13 +337,25 @@ class Worker:
 
     # -- schedule ----------------------------------------------------------------------
 
+    def _open_lanes(self) -> list[Priority]:
+        """The lanes that may form a batch: ``prefetch`` counts the batches of a lane and
+        the lanes above it, so queued low batches never hold a high one back (the
+        executor runs the queued ones highest lane first)."""
+        prefetch, above = self.settings.batching.prefetch, 0
+        open_lanes = []
+        for lane in LANE_ORDER:
+            above += self._running[lane]
+            if above < prefetch:
+                open_lanes.append(lane)
+        return open_lanes
+
     async def _schedule(self) -> None:
-        prefetch = self.settings.batching.prefetch
         while True:
             self._wake.clear()
             now = time.monotonic()
-            if self._running_batches < prefetch:
-                plan = self._batcher.plan(now, device_idle=self._running_batches == 0)
+            if open_lanes := self._open_lanes():
+                idle = not any(self._running.values())
+                plan = self._batcher.plan(now, device_idle=idle, lanes=open_lanes)
             else:  # the executor is full: only expire what waited past its deadline
                 plan = self._batcher.sweep(now)
             if plan.expired:
@@ -355,14 +380,14 @@ class Worker:
     def _submit(self, batch: Batch) -> None:
         if self._closed:  # its model loaded after stop(): uncommitted, so replayed later
             return
-        self._running_batches += 1
+        self._running[lane_of(batch)] += 1
         self.metrics.batch(batch)
         self._scheduler.dispatched(batch)
         future = asyncio.wrap_future(self._executor.submit(batch))
         future.add_done_callback(lambda f: self._batch_done(batch, f))
 
     def _batch_done(self, batch: Batch, future: asyncio.Future[BatchRun]) -> None:
-        self._running_batches -= 1
+        self._running[lane_of(batch)] -= 1
         self._wake.set()
         try:
             # Executors report item failures as values; an exception here is our bug.
@@ -434,7 +459,7 @@ class Worker:
         The wait covers the revoked partitions' started work only (a few batches and
         sink chunks), bounded by ``lanes.rebalance_drain_s``.
         """
-        async with self._intake_lock:
+        async with self._intake_locks[False], self._intake_locks[True]:
             dropped = self._lanes.remove_if(
                 lambda p: (p.record.source.topic, p.record.source.partition) in revoked
             )

@@ -38,8 +38,8 @@ def sasl_ssl(mechanism: str = "SCRAM-SHA-512") -> KafkaSecurity:
 def ingress(security: KafkaSecurity) -> Ingress:
     return Ingress(
         bootstrap=NOWHERE,
-        topics=["t"],
-        urgent_topics=set(),
+        topics=["t", "urgent"],
+        urgent_topics={"urgent"},  # read by a second consumer: it must get the settings too
         group_id="g",
         client_id="c",
         max_records=10,
@@ -74,6 +74,8 @@ async def test_the_worker_consumer_producer_and_admin_get_sasl_and_tls(mechanism
     consumer, admin = ingress(security), admin_client(NOWHERE, security)
     try:
         assert_aiokafka_client(consumer._consumer._client, mechanism)
+        assert consumer._urgent_reader is not None
+        assert_aiokafka_client(consumer._urgent_reader._client, mechanism)
         assert_aiokafka_client(egress._producer.client, mechanism)
         assert_aiokafka_client(admin._client, mechanism)
     finally:  # never started: closing releases them without a connection

@@ -264,3 +264,30 @@ def test_a_cold_model_waits_no_longer_than_the_patience() -> None:
 
     plan = batcher.plan(1.25, device_idle=True)  # the cold head waited 250 ms > 200 ms
     assert plan.batch is not None and plan.batch.model == "cold"
+
+
+def test_only_the_open_lanes_form_a_batch() -> None:
+    lanes, batcher = make(limit=4)
+    fill(lanes, pending(lane=NORMAL, received_s=0.5), pending(lane=LOW, received_s=0.5))
+
+    plan = batcher.plan(1.0, device_idle=False, lanes=[HIGH])  # the rest are full
+    assert plan.batch is None and len(lanes) == 2
+
+    (high,) = fill(lanes, pending(lane=HIGH, received_s=1.0))
+    plan = batcher.plan(1.0 + MAX_WAIT, device_idle=False, lanes=[HIGH])
+    assert plan.batch is not None and plan.batch.lane == HIGH
+    assert plan.batch.items[0] is high
+
+
+def test_a_batch_records_the_lane_it_was_formed_from() -> None:
+    lanes, batcher = make(limit=4)
+    fill(lanes, pending(lane=LOW, received_s=0.5))
+    plan = batcher.plan(1.0, device_idle=True)
+    assert plan.batch is not None and plan.batch.lane == LOW
+
+    # One FIFO lane: a high request inside still makes a normal-lane batch, so nothing
+    # downstream (the executor's queue) reorders the baseline.
+    lanes, batcher = make(limit=4, single_lane=True)
+    fill(lanes, pending(lane=HIGH, received_s=0.5))
+    plan = batcher.plan(1.0, device_idle=True)
+    assert plan.batch is not None and plan.batch.lane == NORMAL

@@ -1,0 +1,97 @@
+"""The ingress fetches urgent topics on a consumer of their own (real broker): each fetch
+returns one kind, pausing reaches that consumer, and a new member of the group resumes
+the urgent topic where the group committed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from kafka import KafkaProducer
+
+from consumers.ingress import Ingress
+from consumers.offsets import TopicPartitionKey
+from consumers.records import RawRecord
+from consumers.topics import ensure_topics
+from worker.broker import EmbeddedBroker
+
+URGENT, BULK = "urgent", "bulk"
+
+
+def ingress(bootstrap: str) -> Ingress:
+    return Ingress(
+        bootstrap=bootstrap,
+        topics=[URGENT, BULK],
+        urgent_topics={URGENT},
+        group_id="g",
+        client_id="c",
+        max_records=100,
+        max_wait_ms=10,
+        max_message_bytes=4096,
+        session_timeout_ms=6_000,
+    )
+
+
+async def started(bootstrap: str) -> tuple[Ingress, asyncio.Event]:
+    joined = asyncio.Event()
+
+    async def on_assigned(_: set[TopicPartitionKey]) -> None:
+        joined.set()
+
+    async def on_revoked(_: set[TopicPartitionKey]) -> None:
+        return None
+
+    consumer = ingress(bootstrap)
+    await consumer.start(on_assigned, on_revoked)
+    return consumer, joined
+
+
+async def fetch_n(consumer: Ingress, n: int, *, urgent: bool) -> list[RawRecord]:
+    got: list[RawRecord] = []
+    deadline = time.monotonic() + 30
+    while len(got) < n and time.monotonic() < deadline:
+        got += await consumer.fetch(100, urgent=urgent)
+    return got
+
+
+async def test_urgent_topics_are_read_apart_and_resume_at_the_group_commit(
+    broker: EmbeddedBroker,
+) -> None:
+    await ensure_topics(broker.bootstrap, [URGENT, BULK], partitions=1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for i in range(30):
+        producer.send(BULK, f"b{i}".encode())
+    for i in range(5):
+        producer.send(URGENT, f"u{i}".encode())
+    producer.flush()
+    producer.close()
+
+    consumer, joined = await started(broker.bootstrap)
+    try:
+        await asyncio.wait_for(joined.wait(), 30)
+        assert consumer.has_urgent
+        assert consumer.assignment() == {(URGENT, 0), (BULK, 0)}
+        urgent = await fetch_n(consumer, 5, urgent=True)
+        assert [r.value for r in urgent] == [f"u{i}".encode() for i in range(5)]
+        bulk = await fetch_n(consumer, 30, urgent=False)
+        assert [r.value for r in bulk] == [f"b{i}".encode() for i in range(30)]
+
+        assert consumer.paused() == set()
+        consumer.set_paused({URGENT})
+        assert consumer.paused() == {(URGENT, 0)}
+        consumer.set_paused({BULK})
+        assert consumer.paused() == {(BULK, 0)}
+
+        await consumer.commit({(URGENT, 0): 3, (BULK, 0): 30})
+        assert await consumer.committed((URGENT, 0)) == 3
+    finally:
+        await consumer.stop()
+
+    again, joined = await started(broker.bootstrap)
+    try:
+        await asyncio.wait_for(joined.wait(), 30)
+        resumed = await fetch_n(again, 2, urgent=True)
+        assert [r.value for r in resumed] == [b"u3", b"u4"]
+        assert [r.source.offset for r in resumed] == [3, 4]
+    finally:
+        await again.stop()
