@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from worker.scheduling.controller import START_CAP, BatchController, Decision, Observation, Policy
+from worker.scheduling.controller import (
+    START_CAP,
+    TRIP_S,
+    BatchController,
+    Decision,
+    Observation,
+    Policy,
+)
 from worker.scheduling.curve import ThroughputCurve
 from worker.scheduling.params import ControllerParams
 from worker.scheduling.probes import BusyWindow
@@ -254,3 +261,18 @@ def test_a_neighbour_ahead_by_less_than_the_noise_does_not_take_over(
         curve.record(64, 64 / (1000 * gain * noise[i]), 2.1 + 0.1 * i)
     backlog = Observation(3.0, 1.0, 10_000, 6)
     assert controller.decide(backlog, curve).reason == reason
+
+
+def test_a_trip_that_never_sees_its_size_returns_home() -> None:
+    """Batches cut below the neighbour's size (a lane target, a slice) never measure it:
+    the trip ends after TRIP_S, back at the cap it left."""
+    controller, curve = make(), ThroughputCurve()
+    for i in range(16):
+        curve.record(32, 0.032, 0.1 * i)
+    assert controller.decide(Observation(2.0, 1.0, 10_000, 16), curve) == Decision(64, "explore")
+    for i in range(8):  # batches keep coming, all of 40
+        curve.record(40, 0.04, 2.1 + i)
+    waiting = controller.decide(Observation(2.0 + TRIP_S / 2, 1.0, 10_000, 4), curve)
+    assert waiting == Decision(64, "explore")
+    late = controller.decide(Observation(2.5 + TRIP_S, 1.0, 10_000, 4), curve)
+    assert late == Decision(32, "back")

@@ -38,6 +38,9 @@ HYSTERESIS = 0.03  # a measured size must beat the current one by this to take o
 Z = 2.0  # ... and by this many standard errors (one-sided, ~2% false moves per trip)
 STALE_S = 60.0  # a neighbour measured longer ago than this is explored again
 SETTLED_STALE_S = 300.0  # the same once settled
+# A trip whose neighbour gets no batches of its size this long returns (lane targets or
+# slices may cut every batch below it).
+TRIP_S = 10.0
 # Settled: the cap's recent rate departing from its settled rate by more than this (and
 # the noise) means the workload changed.
 DRIFT = 0.2
@@ -153,7 +156,7 @@ class BatchController:
         ``STALE_S`` (``SETTLED_STALE_S`` once settled), so the curve follows a drifting
         optimum; settle when none is left to measure."""
         if self._trip is not None:
-            return self._end_trip(self._trip, curve)
+            return self._end_trip(self._trip, now_s, curve)
         cap = self._cap
         current = curve.rate_stats(cap, since_s=self._since_s)
         if current is None:
@@ -172,14 +175,17 @@ class BatchController:
             self._settled = _Settled(now_s, current)
         return Decision(cap, "settled")
 
-    def _end_trip(self, trip: _Trip, curve: ThroughputCurve) -> Decision:
+    def _end_trip(self, trip: _Trip, now_s: float, curve: ThroughputCurve) -> Decision:
         """Once the neighbour has batches of its own, it takes over only when it beats
         the cap it left by more than the hysteresis and the noise; one ahead by less than
         the noise gets a few more batches (a 30% gain can hide in three noisy ones)."""
         cap = self._cap
         there = curve.rate_stats(cap, since_s=trip.started_s)
         if there is None:
-            return Decision(cap, "explore")
+            if now_s - trip.started_s < TRIP_S:
+                return Decision(cap, "explore")
+            self._trip = None
+            return Decision(trip.home, "back")
         fits = self._fits(curve, cap)
         if fits and beats(there, trip.rate, margin=HYSTERESIS, z=Z):
             self._trip = self._settled = None
