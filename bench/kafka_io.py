@@ -90,9 +90,11 @@ class ResultsReader:
         """One fetch; returns how many results it brought."""
         assert self._consumer is not None, "start() first"
         batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=20_000)
-        values = [m.value for msgs in batches.values() for m in msgs if m.value is not None]
+        messages = [m for msgs in batches.values() for m in msgs if m.value is not None]
+        values = [m.value for m in messages]
         if values:
-            self.arrivals.append(Arrival(time.monotonic(), time.time(), values))
+            stamps = [m.timestamp for m in messages]
+            self.arrivals.append(Arrival(time.monotonic(), time.time(), values, stamps))
             self.count += len(values)
         return len(values)
 

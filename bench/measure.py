@@ -39,6 +39,8 @@ class Arrival:
     mono_s: float
     wall_s: float
     values: list[bytes]
+    # Each result's Kafka timestamp (epoch ms): when the worker's producer stamped it.
+    stamps_ms: list[int] = field(default_factory=list)
 
 
 def window_rate(arrivals: Sequence[Arrival]) -> tuple[float, int, float]:

@@ -40,6 +40,7 @@ class Batcher:
         shares: LaneShares | None = None,
         resident: Callable[[str], bool] = lambda _: True,
         patience_s: float = 0.0,
+        riders: bool = True,
     ) -> None:
         self._lanes = lanes
         self._max_wait_s = max_wait_s
@@ -49,6 +50,7 @@ class Batcher:
         self._shares = shares
         self._resident = resident  # whether a model is on the device
         self._patience_s = patience_s
+        self._riders = riders  # whether lower lanes' items fill a batch's room
 
     def plan(
         self, now_s: float, *, device_idle: bool, lanes: Collection[Priority] = LANE_ORDER
@@ -95,7 +97,8 @@ class Batcher:
             shares.served(lane.priority)
         model, limit = head.model, self._limit(head.model, lane.priority)
         # Caps of the lanes below, read before this take empties a higher lane.
-        riders = [(lower, self._limit(model, lower.priority)) for lower in lanes[rank + 1 :]]
+        lower_lanes = lanes[rank + 1 :] if self._riders else []
+        riders = [(lower, self._limit(model, lower.priority)) for lower in lower_lanes]
         grouped, budget = self._grouped(model), CostBudget(self._max_cost(model))
         items = lane.take(model, limit, group_by_cost=grouped, budget=budget)
         # Room left: same-model requests from lower lanes ride along for free, within

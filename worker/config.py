@@ -201,6 +201,16 @@ class ComputeConfig(_Frozen):
     # CUDA streams: batches of the lanes below high running on the device at once, so a
     # high batch shares it with at most this many.
     lower_lanes_in_flight: int = Field(default=1, ge=1)
+    # On the CPU: one compute thread per lane, these added to the lower lanes' threads'
+    # Linux nice values, so the OS runs a high batch while a bulk one is in progress.
+    # Off: one compute thread, queued batches highest lane first.
+    lane_threads: bool = True
+    normal_nice: int = Field(default=0, ge=0, le=19)
+    low_nice: int = Field(default=10, ge=0, le=19)
+
+    def nice(self) -> dict[Priority, int]:
+        """What each lane's compute thread adds to the process's nice value."""
+        return {Priority.HIGH: 0, Priority.NORMAL: self.normal_nice, Priority.LOW: self.low_nice}
 
 
 class DriftConfig(_Frozen):

@@ -158,6 +158,8 @@ class CudaLaneExecutor(SupervisedExecutor):
     """Batches of each lane run on that lane's stream, launched by that lane's thread
     (see the module docstring); the executor contract is ``ThreadExecutor``'s."""
 
+    lanes_apart = True
+
     def __init__(
         self,
         resolve: Callable[[str], LoadedModel],

@@ -8,14 +8,17 @@ not fit in memory), and those items carry the error. A batch that runs longer th
 model's compute timeout resolves with ``model_timeout`` for every item, and the backend
 carries on without it; a backend that can no longer serve (too many hung threads) says so
 through ``fail_into``. Backends differ in where the forward pass runs: ``ThreadExecutor``
-on a dedicated CPU thread; ``worker.cuda_lanes.CudaLaneExecutor`` on one CUDA stream per
-lane, with stream priorities.
+on CPU threads (one, or one per lane with the lower lanes' at lower OS priorities);
+``worker.cuda_lanes.CudaLaneExecutor`` on one CUDA stream per lane, with stream
+priorities.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -28,7 +31,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from pydantic import JsonValue
 
-from consumers.contract import ErrorInfo
+from consumers.contract import ErrorInfo, Priority
 from consumers.errors import InferlaneError, ModelFailed, ModelTimeout
 from worker.compute_threads import (
     WATCH_PERIOD_S,
@@ -39,8 +42,11 @@ from worker.compute_threads import (
     settle,
 )
 from worker.config import ComputeConfig
+from worker.lanes import LANE_ORDER, lane_of
 from worker.models import LoadedModel, ModelRegistry
 from worker.pending import Batch, ItemResult
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -52,6 +58,13 @@ class BatchRun:
 
 
 class Executor(ABC):
+    # Whether each lane's batches run apart from the other lanes' (their own thread or
+    # stream), so a lane's queue is its own; and whether a lower lane's batch in progress
+    # gives way to a higher one (the OS preempts a niced thread; a CUDA stream priority
+    # orders pending kernels only).
+    lanes_apart: bool = False
+    preempts: bool = False
+
     @abstractmethod
     def submit(self, batch: Batch) -> Future[BatchRun]: ...
 
@@ -130,21 +143,31 @@ def timeouts(registry: ModelRegistry, config: ComputeConfig) -> Callable[[str], 
 
 
 class ThreadExecutor(SupervisedExecutor):
-    """One compute thread: torch parallelizes inside the forward pass, and a single
-    submitter keeps batches in order without contention on the model."""
+    """CPU compute threads; torch parallelizes inside each forward pass. Either one
+    thread, taking queued batches highest lane first, or (``nice``) one per lane, each
+    at its lane's Linux nice value: a high batch then starts at once beside a bulk batch
+    in progress, and the OS gives it the cores (what a stream priority is on a GPU, but
+    preemptive)."""
 
     def __init__(
         self,
         resolve: Callable[[str], LoadedModel],
         *,
+        nice: dict[Priority, int] | None = None,
         timeout_s_for: Callable[[str], float | None] | None = None,
         max_hung_threads: int | None = None,
         metrics: CollectorRegistry | None = None,
     ) -> None:
         # ``resolve`` loads on first use, in the compute thread.
-        self._thread = Supervised(lambda: partial(run_batch, resolve))
+        work = partial(run_batch, resolve)
+        if nice is None:
+            one = Supervised(lambda: work)
+            self._lanes = dict.fromkeys(LANE_ORDER, one)
+        else:
+            self._lanes = {lane: Supervised(_niced(work, nice[lane])) for lane in LANE_ORDER}
+            self.lanes_apart = self.preempts = True
         super().__init__(
-            [self._thread],
+            list(dict.fromkeys(self._lanes.values())),
             timeout_s_for=timeout_s_for,
             max_hung_threads=max_hung_threads,
             metrics=metrics,
@@ -156,6 +179,7 @@ class ThreadExecutor(SupervisedExecutor):
     ) -> ThreadExecutor:
         return cls(
             registry.get,
+            nice=config.nice() if config.lane_threads else None,
             timeout_s_for=timeouts(registry, config),
             max_hung_threads=config.max_hung_threads,
             metrics=metrics,
@@ -163,8 +187,35 @@ class ThreadExecutor(SupervisedExecutor):
 
     def submit(self, batch: Batch) -> Future[BatchRun]:
         future: Future[BatchRun] = Future()
-        self._thread.put(batch, future)
+        self._lanes[lane_of(batch)].put(batch, future)
         return future
+
+
+def _niced(
+    work: Callable[[Batch], BatchRun], nice: int
+) -> Callable[[], Callable[[Batch], BatchRun]]:
+    """Work for a compute thread that first adds ``nice`` to its own nice value. Linux
+    nice values are per thread, and the OpenMP threads a thread starts for torch
+    inherit its value."""
+
+    def make() -> Callable[[Batch], BatchRun]:
+        lowered = False
+
+        def run(batch: Batch) -> BatchRun:
+            nonlocal lowered
+            if not lowered and nice:
+                lowered = True
+                tid = threading.get_native_id()
+                try:
+                    value = min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+                    os.setpriority(os.PRIO_PROCESS, tid, value)
+                except OSError as exc:  # e.g. a sandbox that forbids it: run unniced
+                    log.warning("could not lower a compute thread's priority: %s", exc)
+            return work(batch)
+
+        return run
+
+    return make
 
 
 def _fail(failed: asyncio.Future[None], exc: BaseException) -> None:

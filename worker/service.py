@@ -75,12 +75,17 @@ class Worker:
         registry.configure(settings.model_store, self.metrics.registry)
         self._store: ResultStore | None = None
         self._lanes = Lanes(settings.lanes.capacity, single_lane=settings.lanes.single_lane)
+        self._executor = choose_executor(registry, settings.compute, self.metrics.registry)
+        # A backend that preempts needs no slices, and riders would only lengthen a
+        # higher lane's batch: the lower lane's own thread serves them.
+        preempts = self._executor.preempts
         self._scheduler = Scheduler(
             settings.scheduling,
             registry,
             self._lanes,
             max_batch=settings.batching.max_batch,
             metrics=self.metrics.registry,
+            slices=not preempts,
         )
         self._batcher = Batcher(
             self._lanes,
@@ -91,9 +96,9 @@ class Worker:
             shares=self._scheduler.shares,
             resident=registry.on_device,
             patience_s=settings.batching.swap_patience_s,
+            riders=not preempts,
         )
         self._tracker = OffsetTracker()
-        self._executor = choose_executor(registry, settings.compute, self.metrics.registry)
         topics, kafka = settings.topics, settings.kafka
         self._lane_of_topic = topics.lane_topics()
         self._router = Router()  # rollouts send a share of a model's requests to a candidate
@@ -338,14 +343,15 @@ class Worker:
     # -- schedule ----------------------------------------------------------------------
 
     def _open_lanes(self) -> list[Priority]:
-        """The lanes that may form a batch: ``prefetch`` counts the batches of a lane and
-        the lanes above it, so queued low batches never hold a high one back (the
-        executor runs the queued ones highest lane first)."""
-        prefetch, above = self.settings.batching.prefetch, 0
+        """The lanes that may form a batch: ``prefetch`` counts a lane's batches in the
+        executor, and on a single compute thread those of the lanes above it too, so
+        queued low batches never hold a high one back (the thread runs queued batches
+        highest lane first)."""
+        prefetch, ahead = self.settings.batching.prefetch, 0
         open_lanes = []
         for lane in LANE_ORDER:
-            above += self._running[lane]
-            if above < prefetch:
+            ahead = self._running[lane] + (0 if self._executor.lanes_apart else ahead)
+            if ahead < prefetch:
                 open_lanes.append(lane)
         return open_lanes
 

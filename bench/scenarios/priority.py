@@ -55,18 +55,22 @@ async def _read_high(reader: ResultsReader, service: Service, n: int, timeout_s:
         scanned = len(reader.arrivals)
 
 
-def _high_latencies(reader: ResultsReader) -> list[tuple[float, float, float]]:
-    """(sent at, wall s; end-to-end latency, ms; in-worker latency, ms) per high
+def _high_latencies(reader: ResultsReader) -> list[tuple[float, float, float, float]]:
+    """(sent at, wall s; end-to-end latency, ms; in-worker latency, ms; sent -> result
+    produced, ms: the result's Kafka timestamp, without the harness's own read) per high
     request, first result only."""
-    seen: dict[str, tuple[float, float, float]] = {}
+    seen: dict[str, tuple[float, float, float, float]] = {}
     marker = HIGH.encode() + b"-"
     for arrival in reader.arrivals:
-        for value in arrival.values:
+        for value, stamp_ms in zip(arrival.values, arrival.stamps_ms, strict=True):
             if marker in value:
                 r = orjson.loads(value)
                 sent = float(r["metadata"]["sent_at"])
                 server = float(r["latency_ms"]["total"])
-                seen.setdefault(r["request_id"], (sent, (arrival.wall_s - sent) * 1000, server))
+                produced = stamp_ms - sent * 1000
+                seen.setdefault(
+                    r["request_id"], (sent, (arrival.wall_s - sent) * 1000, server, produced)
+                )
     return sorted(seen.values())
 
 
@@ -121,12 +125,13 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
         finally:
             await reader.stop()
     series = _high_latencies(reader)
-    lat = Latency.of([ms for _, ms, _ in series])
-    in_worker = Latency.of([ms for _, _, ms in series])
+    lat = Latency.of([ms for _, ms, _, _ in series])
+    in_worker = Latency.of([ms for _, _, ms, _ in series])
+    produced = Latency.of([ms for _, _, _, ms in series])
     rate, counted, seconds = window_rate(reader.arrivals)
     low_done = reader.count - len(series)
     first = series[0][0] if series else 0.0
-    last_answer = max((sent + ms / 1000 for sent, ms, _ in series), default=high_from)
+    last_answer = max((sent + ms / 1000 for sent, ms, _, _ in series), default=high_from)
     extra_out: dict[str, Any] = {
         "backlog_model": model,
         "low_rps_while_high": _low_rate(reader, high_from, last_answer),
@@ -138,12 +143,15 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
         "saturated": low_done < low,  # the backlog outlasted the high requests
         "server_p50_ms": in_worker.p50_ms,
         "server_p99_ms": in_worker.p99_ms,
-        "series": [(round(t - first, 3), round(ms, 2)) for t, ms, _ in series],
+        "produced_p50_ms": produced.p50_ms,
+        "produced_p99_ms": produced.p99_ms,
+        "series": [(round(t - first, 3), round(ms, 2)) for t, ms, _, _ in series],
     }
     ctx.say(
         f"  priority, {model} backlog, {system}: "
         f"high p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms "
-        f"({len(series)}/{n_high} answered; in the worker p50 {in_worker.p50_ms:.1f} ms, "
+        f"({len(series)}/{n_high} answered; result produced p50 {produced.p50_ms:.1f} ms, "
+        f"p99 {produced.p99_ms:.1f} ms; in the worker p50 {in_worker.p50_ms:.1f} ms, "
         f"p99 {in_worker.p99_ms:.1f} ms); low lane {extra_out['low_rps_while_high']:,.0f}/s "
         f"while high flowed; saturated={extra_out['saturated']}"
     )

@@ -39,6 +39,7 @@ class Scheduler:
         max_batch: int,
         metrics: CollectorRegistry,
         clock: Callable[[], float] = time.monotonic,
+        slices: bool = True,
     ) -> None:
         self.config = config
         self._registry = registry
@@ -56,6 +57,8 @@ class Scheduler:
         self._probe: Probe = BusyWindow(config.busy_window_s)
         self.shares = LaneShares(config.lane_shares(), window=config.share_window)
         self._lane_targets_ms = config.lane_latency_targets_ms()
+        # Off where the backend preempts a lower lane's batch (per-lane CPU threads).
+        self._slice_ms = config.slice_ms if slices else None
 
     def _controller(self, model: str) -> BatchController:
         """The model's controller; made on first sight for a model added later."""
@@ -99,7 +102,7 @@ class Scheduler:
         target_ms = self._lane_targets_ms[lane]
         if target_ms is not None:
             cap = min(cap, curve.size_within(target_ms, quantile=TAIL) or cap)
-        slice_ms = self.config.slice_ms
+        slice_ms = self._slice_ms
         if slice_ms is not None and self._higher_lane_active(lane):
             cap = min(cap, curve.size_within(slice_ms) or cap)
         return cap

@@ -1,0 +1,79 @@
+"""CPU lane threads: each lane's batches run on a thread of their own, the lower lanes'
+at their nice values, so a high batch finishes while a long low batch still runs."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import torch
+from pipeline_factories import classifier, pending
+
+from consumers.contract import Priority
+from worker.executor import ThreadExecutor
+from worker.models import LoadedModel
+from worker.pending import Batch
+
+HIGH, NORMAL, LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW
+NICE = {HIGH: 0, NORMAL: 3, LOW: 11}
+BLOCK = 9.0  # an input holding this blocks its batch until released
+
+
+class Observed(torch.nn.Module):
+    """A linear classifier that records each call's thread nice value, and blocks on
+    ``BLOCK`` until ``release`` is set."""
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+        self.release = release
+        self.nice: dict[float, int] = {}  # by the first input value
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.nice[float(x[0, 0])] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        if bool((x == BLOCK).any()):
+            self.release.wait(30)
+        return self.linear(x)
+
+
+def batch(lane: Priority, value: float) -> Batch:
+    return Batch("m", [pending(lane=lane, inputs=[value, 0.0, 0.0, 0.0])], 0.0, lane=lane)
+
+
+def test_a_high_batch_finishes_while_a_long_low_batch_runs() -> None:
+    release = threading.Event()
+    module = Observed(release)
+    model = LoadedModel("m", "v1", module, classifier(), 64, torch.device("cpu"))
+    executor = ThreadExecutor(lambda _: model, nice=NICE)
+    assert executor.lanes_apart and executor.preempts
+    try:
+        low = executor.submit(batch(LOW, BLOCK))
+        high = executor.submit(batch(HIGH, 1.0))
+        assert high.result(timeout=10).results[0].outputs is not None
+        assert not low.done()  # still blocked on its own thread
+        release.set()
+        assert low.result(timeout=10).results[0].outputs is not None
+        normal = executor.submit(batch(NORMAL, 2.0)).result(timeout=10)
+        assert normal.results[0].outputs is not None
+    finally:
+        release.set()
+        executor.shutdown()
+    base = os.getpriority(os.PRIO_PROCESS, 0)  # each lane's thread adds its own nice
+    assert module.nice == {BLOCK: min(19, base + 11), 1.0: base, 2.0: min(19, base + 3)}
+
+
+def test_one_thread_serves_every_lane_when_lane_threads_are_off() -> None:
+    release = threading.Event()
+    model = LoadedModel("m", "v1", Observed(release), classifier(), 64, torch.device("cpu"))
+    executor = ThreadExecutor(lambda _: model)
+    assert not executor.lanes_apart and not executor.preempts
+    try:
+        low = executor.submit(batch(LOW, BLOCK))
+        high = executor.submit(batch(HIGH, 1.0))
+        assert not high.done() and not low.done()  # behind the blocked batch, same thread
+        release.set()
+        assert high.result(timeout=10).results[0].outputs is not None
+        assert low.result(timeout=10).results[0].outputs is not None
+    finally:
+        release.set()
+        executor.shutdown()
