@@ -12,7 +12,7 @@ import pytest
 
 from worker.scheduling.controller import (
     START_CAP,
-    TRIP_S,
+    TRIP_OTHERS,
     BatchController,
     Decision,
     Observation,
@@ -265,14 +265,14 @@ def test_a_neighbour_ahead_by_less_than_the_noise_does_not_take_over(
 
 def test_a_trip_that_never_sees_its_size_returns_home() -> None:
     """Batches cut below the neighbour's size (a lane target, a slice) never measure it:
-    the trip ends after TRIP_S, back at the cap it left."""
+    once TRIP_OTHERS batches of other sizes ended, the trip returns to the cap it left."""
     controller, curve = make(), ThroughputCurve()
     for i in range(16):
         curve.record(32, 0.032, 0.1 * i)
     assert controller.decide(Observation(2.0, 1.0, 10_000, 16), curve) == Decision(64, "explore")
-    for i in range(8):  # batches keep coming, all of 40
+    for i in range(TRIP_OTHERS - 1):  # batches keep coming, all cut to 40
         curve.record(40, 0.04, 2.1 + i)
-    waiting = controller.decide(Observation(2.0 + TRIP_S / 2, 1.0, 10_000, 4), curve)
+    waiting = controller.decide(Observation(10.0, 1.0, 10_000, TRIP_OTHERS - 1), curve)
     assert waiting == Decision(64, "explore")
-    late = controller.decide(Observation(2.5 + TRIP_S, 1.0, 10_000, 4), curve)
-    assert late == Decision(32, "back")
+    curve.record(40, 0.04, 11.0)
+    assert controller.decide(Observation(11.0, 1.0, 10_000, 1), curve) == Decision(32, "back")

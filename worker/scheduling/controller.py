@@ -38,9 +38,10 @@ HYSTERESIS = 0.03  # a measured size must beat the current one by this to take o
 Z = 2.0  # ... and by this many standard errors (one-sided, ~2% false moves per trip)
 STALE_S = 60.0  # a neighbour measured longer ago than this is explored again
 SETTLED_STALE_S = 300.0  # the same once settled
-# A trip whose neighbour gets no batches of its size this long returns (lane targets or
-# slices may cut every batch below it).
-TRIP_S = 10.0
+# A trip whose neighbour has fewer than MIN_SAMPLES batches of its size once this many
+# batches of other sizes ended returns (lane targets or slices may cut every batch
+# below it).
+TRIP_OTHERS = 2 * MIN_SAMPLES
 # Settled: the cap's recent rate departing from its settled rate by more than this (and
 # the noise) means the workload changed.
 DRIFT = 0.2
@@ -72,6 +73,7 @@ class _Trip:
     home: int  # the cap to return to unless the neighbour beats it
     rate: RateStats  # the home cap's rate
     started_s: float  # the neighbour's batches from here on measure it
+    recorded: int  # the curve's batches (any size) when it began
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +158,7 @@ class BatchController:
         ``STALE_S`` (``SETTLED_STALE_S`` once settled), so the curve follows a drifting
         optimum; settle when none is left to measure."""
         if self._trip is not None:
-            return self._end_trip(self._trip, now_s, curve)
+            return self._end_trip(self._trip, curve)
         cap = self._cap
         current = curve.rate_stats(cap, since_s=self._since_s)
         if current is None:
@@ -169,20 +171,21 @@ class BatchController:
             seen = curve.seen_s(neighbour)
             fresh = seen is not None and seen >= self._since_s and now_s - seen < stale_s
             if not fresh and self._fits(curve, neighbour):
-                self._trip = _Trip(cap, current, now_s)
+                self._trip = _Trip(cap, current, now_s, curve.recorded)
                 return Decision(neighbour, "explore")
         if self._settled is None:
             self._settled = _Settled(now_s, current)
         return Decision(cap, "settled")
 
-    def _end_trip(self, trip: _Trip, now_s: float, curve: ThroughputCurve) -> Decision:
+    def _end_trip(self, trip: _Trip, curve: ThroughputCurve) -> Decision:
         """Once the neighbour has batches of its own, it takes over only when it beats
         the cap it left by more than the hysteresis and the noise; one ahead by less than
         the noise gets a few more batches (a 30% gain can hide in three noisy ones)."""
         cap = self._cap
         there = curve.rate_stats(cap, since_s=trip.started_s)
         if there is None:
-            if now_s - trip.started_s < TRIP_S:
+            others = curve.recorded - trip.recorded - curve.count(cap, since_s=trip.started_s)
+            if others < TRIP_OTHERS:
                 return Decision(cap, "explore")
             self._trip = None
             return Decision(trip.home, "back")

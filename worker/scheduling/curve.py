@@ -58,11 +58,13 @@ class SizeStats:
 class ThroughputCurve:
     def __init__(self) -> None:
         self._sizes: dict[int, SizeStats] = {}
+        self.recorded = 0  # batches recorded, every size
 
     def record(self, size: int, compute_s: float, now_s: float) -> None:
         if size < 1 or compute_s <= 0:
             return
         self._sizes.setdefault(size, SizeStats()).add(compute_s, now_s)
+        self.recorded += 1
 
     def _known(self, size: int) -> SizeStats | None:
         stats = self._sizes.get(size)
@@ -87,6 +89,11 @@ class ThroughputCurve:
         mean = sum(rates) / len(rates)
         variance = sum((r - mean) ** 2 for r in rates) / (len(rates) - 1)
         return RateStats(mean, math.sqrt(variance) / mean, len(rates))
+
+    def count(self, size: int, *, since_s: float) -> int:
+        """Batches at ``size`` (of the last 64) that ended at or after ``since_s``."""
+        stats = self._sizes.get(size)
+        return 0 if stats is None else sum(at >= since_s for at in stats.at_s)
 
     def seen_s(self, size: int) -> float | None:
         stats = self._known(size)
