@@ -72,6 +72,7 @@ class Ingress:
             **common,
         )
         self._urgent_reader = AIOKafkaConsumer(**common) if urgent_topics else None
+        self.revocations = 0  # rebalances that took partitions away, so far
 
     @property
     def has_urgent(self) -> bool:
@@ -106,6 +107,7 @@ class Ingress:
 
     def _revoked(self, then: PartitionsCallback) -> PartitionsCallback:
         async def revoked(keys: set[TopicPartitionKey]) -> None:
+            self.revocations += 1
             if self._urgent_reader is not None:  # stop reading them first
                 kept = [tp for tp in self._urgent_reader.assignment() if _key(tp) not in keys]
                 self._urgent_reader.assign(kept)
@@ -114,8 +116,9 @@ class Ingress:
         return revoked
 
     def _reader_of(self, tp: TopicPartitionKey) -> AIOKafkaConsumer:
-        urgent = self._urgent_reader is not None and tp[0] in self._urgent
-        return self._urgent_reader if urgent and self._urgent_reader else self._consumer
+        if self._urgent_reader is not None and tp[0] in self._urgent:
+            return self._urgent_reader
+        return self._consumer
 
     async def fetch(self, timeout_ms: int, *, urgent: bool = False) -> list[RawRecord]:
         """Up to ``max_records`` of the urgent topics (``urgent``, when they are fetched

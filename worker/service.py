@@ -305,14 +305,15 @@ class Worker:
 
     async def _intake(self, *, urgent: bool) -> None:
         while self._accepting:
+            revocations = self._ingress.revocations
             records = await self._ingress.fetch(_FETCH_TIMEOUT_MS, urgent=urgent)
             if records:
                 async with self._intake_locks[urgent]:
-                    # A rebalance may have revoked partitions since this fetch returned.
-                    assigned = self._ingress.assignment()
-                    records = [
-                        r for r in records if (r.source.topic, r.source.partition) in assigned
-                    ]
+                    if self._ingress.revocations != revocations:  # some may be gone
+                        assigned = self._ingress.assignment()
+                        records = [
+                            r for r in records if (r.source.topic, r.source.partition) in assigned
+                        ]
                     if records:
                         await self._admit(records)
             self._apply_backpressure()
