@@ -140,10 +140,17 @@ class Supervised(Generic[R]):
         self._work = work
         self._lock = threading.Lock()
         self._thread = ComputeThread(work(), self._lock)
+        self.outstanding = 0  # batches put and not yet settled
 
     def put(self, batch: Batch, future: Future[R]) -> None:
         with self._lock:
+            self.outstanding += 1
             self._thread.jobs.put(_queued((batch, future)))
+        future.add_done_callback(self._settled)
+
+    def _settled(self, _: Future[R]) -> None:
+        with self._lock:
+            self.outstanding -= 1
 
     def close(self) -> None:
         """Finish the queued jobs, then end the thread."""

@@ -207,6 +207,12 @@ class ComputeConfig(_Frozen):
     lane_threads: bool = True
     normal_nice: int = Field(default=0, ge=0, le=19)
     low_nice: int = Field(default=10, ge=0, le=19)
+    # With lane threads: the normal and low lanes each run this many batches side by side,
+    # every one on its share of the torch threads (the high lane keeps them all, for
+    # latency). Independent passes do not wait for each other's slowest OpenMP thread
+    # when other work takes a core (docs/SCHEDULING.md, "Replicas"). Capped at the torch
+    # thread count.
+    replicas: int = Field(default=2, ge=1)
 
     def nice(self) -> dict[Priority, int]:
         """What each lane's compute thread adds to the process's nice value."""

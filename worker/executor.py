@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import torch
 from prometheus_client import CollectorRegistry
 from pydantic import JsonValue
 
@@ -64,6 +65,10 @@ class Executor(ABC):
     # orders pending kernels only).
     lanes_apart: bool = False
     preempts: bool = False
+
+    def slots(self, lane: Priority) -> int:
+        """How many of ``lane``'s batches run at once."""
+        return 1
 
     @abstractmethod
     def submit(self, batch: Batch) -> Future[BatchRun]: ...
@@ -144,30 +149,44 @@ def timeouts(registry: ModelRegistry, config: ComputeConfig) -> Callable[[str], 
 
 class ThreadExecutor(SupervisedExecutor):
     """CPU compute threads; torch parallelizes inside each forward pass. Either one
-    thread, taking queued batches highest lane first, or (``nice``) one per lane, each
+    thread, taking queued batches highest lane first, or (``nice``) threads per lane, each
     at its lane's Linux nice value: a high batch then starts at once beside a bulk batch
     in progress, and the OS gives it the cores (what a stream priority is on a GPU, but
-    preemptive)."""
+    preemptive). There the high lane has one thread on all of torch's threads, and the
+    lower lanes ``replicas`` each (at most one per torch thread), sharing them out. A
+    model's batch goes to whichever of the first ``replicas_for(model)`` of its lane's
+    threads has the fewest outstanding."""
 
     def __init__(
         self,
         resolve: Callable[[str], LoadedModel],
         *,
         nice: dict[Priority, int] | None = None,
+        replicas: int = 1,
+        replicas_for: Callable[[str], int] | None = None,
         timeout_s_for: Callable[[str], float | None] | None = None,
         max_hung_threads: int | None = None,
         metrics: CollectorRegistry | None = None,
     ) -> None:
         # ``resolve`` loads on first use, in the compute thread.
         work = partial(run_batch, resolve)
+        self._replicas_for = replicas_for
+        self._lanes: dict[Priority, list[Supervised[BatchRun]]]
         if nice is None:
             one = Supervised(lambda: work)
-            self._lanes = dict.fromkeys(LANE_ORDER, one)
+            self._lanes = {lane: [one] for lane in LANE_ORDER}
         else:
-            self._lanes = {lane: Supervised(_niced(work, nice[lane])) for lane in LANE_ORDER}
+            threads = torch.get_num_threads()
+            bulk = max(1, min(replicas, threads))
+            self._lanes = {}
+            for lane in LANE_ORDER:
+                n = 1 if lane == Priority.HIGH else bulk
+                make = _lane_thread(work, nice=nice[lane], torch_threads=threads // n)
+                self._lanes[lane] = [Supervised(make) for _ in range(n)]
             self.lanes_apart = self.preempts = True
+        every = [t for lane_threads in self._lanes.values() for t in lane_threads]
         super().__init__(
-            list(dict.fromkeys(self._lanes.values())),
+            list(dict.fromkeys(every)),
             timeout_s_for=timeout_s_for,
             max_hung_threads=max_hung_threads,
             metrics=metrics,
@@ -180,42 +199,75 @@ class ThreadExecutor(SupervisedExecutor):
         return cls(
             registry.get,
             nice=config.nice() if config.lane_threads else None,
+            replicas=config.replicas,
+            replicas_for=lambda model: registry.spec(model).replicas or config.replicas,
             timeout_s_for=timeouts(registry, config),
             max_hung_threads=config.max_hung_threads,
             metrics=metrics,
         )
 
+    def slots(self, lane: Priority) -> int:
+        return len(self._lanes[lane])
+
     def submit(self, batch: Batch) -> Future[BatchRun]:
         future: Future[BatchRun] = Future()
-        self._lanes[lane_of(batch)].put(batch, future)
+        threads = self._lanes[lane_of(batch)]
+        if self._replicas_for is not None:
+            threads = threads[: self._replicas_for(batch.model)]
+        min(threads, key=lambda t: t.outstanding).put(batch, future)
         return future
 
 
-def _niced(
-    work: Callable[[Batch], BatchRun], nice: int
+def _lane_thread(
+    work: Callable[[Batch], BatchRun], *, nice: int, torch_threads: int
 ) -> Callable[[], Callable[[Batch], BatchRun]]:
-    """Work for a compute thread that first adds ``nice`` to its own nice value. Linux
-    nice values are per thread, and the OpenMP threads a thread starts for torch
-    inherit its value."""
+    """Work for a lane's compute thread that first adds ``nice`` to its own nice value
+    and sets its own torch thread count. Linux nice values are per thread, and the
+    OpenMP threads a thread starts for torch inherit its value; OpenMP thread counts are
+    per thread too."""
 
     def make() -> Callable[[Batch], BatchRun]:
-        lowered = False
+        ready = False
 
         def run(batch: Batch) -> BatchRun:
-            nonlocal lowered
-            if not lowered and nice:
-                lowered = True
-                tid = threading.get_native_id()
-                try:
-                    value = min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice)
-                    os.setpriority(os.PRIO_PROCESS, tid, value)
-                except OSError as exc:  # e.g. a sandbox that forbids it: run unniced
-                    log.warning("could not lower a compute thread's priority: %s", exc)
+            nonlocal ready
+            if not ready:
+                ready = True
+                _lower_priority(nice)
+                _set_torch_threads(torch_threads)
             return work(batch)
 
         return run
 
     return make
+
+
+def _lower_priority(nice: int) -> None:
+    if not nice:
+        return
+    tid = threading.get_native_id()
+    try:
+        value = min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+        os.setpriority(os.PRIO_PROCESS, tid, value)
+    except OSError as exc:  # e.g. a sandbox that forbids it: run unniced
+        log.warning("could not lower a compute thread's priority: %s", exc)
+
+
+_torch_threads_lock = threading.Lock()
+
+
+def _set_torch_threads(n: int) -> None:
+    """This thread's torch intra-op threads. ``torch.set_num_threads`` also sets the
+    count that threads first using torch later start from: a passing thread puts the
+    process's count back (its own count dies with it)."""
+    with _torch_threads_lock:
+        default = torch.get_num_threads()  # also fixes this thread's count, before the set
+        if n == default:
+            return
+        torch.set_num_threads(n)
+        restore = threading.Thread(target=torch.set_num_threads, args=(default,))
+        restore.start()
+        restore.join()
 
 
 def _fail(failed: asyncio.Future[None], exc: BaseException) -> None:

@@ -345,14 +345,14 @@ class Worker:
 
     def _open_lanes(self) -> list[Priority]:
         """The lanes that may form a batch: ``prefetch`` counts a lane's batches in the
-        executor, and on a single compute thread those of the lanes above it too, so
-        queued low batches never hold a high one back (the thread runs queued batches
-        highest lane first)."""
+        executor beyond those it runs at once, and on a single compute thread those of
+        the lanes above it too, so queued low batches never hold a high one back (the
+        thread runs queued batches highest lane first)."""
         prefetch, ahead = self.settings.batching.prefetch, 0
         open_lanes = []
         for lane in LANE_ORDER:
             ahead = self._running[lane] + (0 if self._executor.lanes_apart else ahead)
-            if ahead < prefetch:
+            if ahead < prefetch + self._executor.slots(lane) - 1:
                 open_lanes.append(lane)
         return open_lanes
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 
+import pytest
 import torch
 from pipeline_factories import classifier, pending
 
@@ -77,3 +78,71 @@ def test_one_thread_serves_every_lane_when_lane_threads_are_off() -> None:
     finally:
         release.set()
         executor.shutdown()
+
+
+class Threads(torch.nn.Module):
+    """Records each call's torch thread count by its first input value; blocks on
+    ``BLOCK`` until ``release`` is set."""
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+        self.release = release
+        self.threads: dict[float, int] = {}
+        self.blocked = threading.Semaphore(0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.threads[float(x[0, 0])] = torch.get_num_threads()
+        if bool((x == BLOCK).any()):
+            self.blocked.release()
+            self.release.wait(30)
+        return self.linear(x)
+
+
+def test_lower_lanes_run_replicas_side_by_side_on_a_share_of_the_threads() -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    release = threading.Event()
+    module = Threads(release)
+    model = LoadedModel("m", "v1", module, classifier(), 64, torch.device("cpu"))
+    one = LoadedModel("one", "v1", module, classifier(), 64, torch.device("cpu"))
+    models = {"m": model, "one": one}
+    executor = ThreadExecutor(
+        models.__getitem__,
+        nice=NICE,
+        replicas=2,
+        replicas_for=lambda name: 1 if name == "one" else 2,
+    )
+    assert [executor.slots(lane) for lane in (HIGH, NORMAL, LOW)] == [1, 2, 2]
+    try:
+        first = executor.submit(batch(LOW, BLOCK))
+        second = executor.submit(Batch("m", [pending(lane=LOW, inputs=[BLOCK, 1.0, 0, 0])], 0.0))
+        # Both block at once: each runs on a replica of its own.
+        assert module.blocked.acquire(timeout=10) and module.blocked.acquire(timeout=10)
+        high = executor.submit(batch(HIGH, 1.0)).result(timeout=10)
+        assert high.results[0].outputs is not None
+        release.set()
+        assert first.result(timeout=10).results[0].outputs is not None
+        assert second.result(timeout=10).results[0].outputs is not None
+        # A model held to one replica queues behind its own batch on the first thread.
+        release.clear()
+        held = executor.submit(Batch("one", [pending(lane=NORMAL, inputs=[BLOCK, 2, 0, 0])], 0.0))
+        assert module.blocked.acquire(timeout=10)
+        queued = executor.submit(Batch("one", [pending(lane=NORMAL, inputs=[3.0, 0, 0, 0])], 0.0))
+        with pytest.raises(TimeoutError):
+            queued.result(timeout=0.5)
+        release.set()
+        assert queued.result(timeout=10).results[0].outputs is not None
+        assert held.result(timeout=10).results[0].outputs is not None
+        # Threads that start torch work later still take the process's count.
+        later: list[int] = []
+        fresh = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
+        fresh.start()
+        fresh.join()
+        assert later == [2]
+    finally:
+        release.set()
+        executor.shutdown()
+        torch.set_num_threads(before)
+    assert module.threads[1.0] == 2  # the high lane keeps every torch thread
+    assert module.threads[BLOCK] == 1 and module.threads[3.0] == 1

@@ -228,6 +228,7 @@ version = {q(RECIPE_VERSION)}
 format = "export"
 path = {q(digits.name)}
 adapter = {{ kind = "classifier", features = 64, num_classes = 10, shapes = [[8, 8]] }}
+replicas = 1  # tiny forward passes: a second bulk thread only contends for the GIL
 
 [[models]]
 name = "diabetes"
@@ -236,6 +237,7 @@ format = "factory"
 factory = "worker.models.demo:build_diabetes"
 path = {q(diabetes.name)}
 adapter = {{ kind = "regressor", features = 10 }}
+replicas = 1
 
 [[models]]
 name = "minilm"

@@ -96,6 +96,9 @@ class ModelSpec(_Config):
     scheduling: ControllerParams = ControllerParams()  # batch controller (docs/SCHEDULING.md)
     # Overrides the worker's compute timeout (settings.compute.timeout_s) for this model.
     compute_timeout_s: Annotated[float, Field(gt=0)] | None = None
+    # Overrides settings.compute.replicas for this model: 1 keeps its bulk batches on one
+    # compute thread per lane (a Python-bound model gains nothing from two).
+    replicas: Annotated[int, Field(ge=1)] | None = None
     drift: DriftThresholds | None = None  # None: the worker's [drift] thresholds
 
     @field_validator("name")
