@@ -78,6 +78,7 @@ def ratios(scenarios: dict[str, Any]) -> dict[str, dict[str, float | None]]:
             "inferlane_rps": mine,
             "inferlane_over_ceiling": _div(mine, ceiling.get("throughput_rps")),
             "inferlane_over_ceiling_with_collate": _div(mine, ceiling.get("run_rps_at_best")),
+            "inferlane_over_ceiling_side_by_side": _div(mine, ceiling.get("replicas_rps_at_best")),
             "inferlane_over_naive": _div(mine, rps.get("naive")),
             "inferlane_over_threadpool": _div(mine, rps.get("threadpool")),
             "threadpool_over_naive": _div(rps.get("threadpool"), rps.get("naive")),

@@ -50,6 +50,7 @@ class Ingress:
         max_wait_ms: int,
         max_message_bytes: int,
         session_timeout_ms: int,
+        urgent_max_wait_ms: int | None = None,
         security: KafkaSecurity | None = None,
     ) -> None:
         self._topics = topics
@@ -71,7 +72,8 @@ class Ingress:
             heartbeat_interval_ms=max(1000, session_timeout_ms // 10),
             **common,
         )
-        self._urgent_reader = AIOKafkaConsumer(**common) if urgent_topics else None
+        urgent = {**common, "fetch_max_wait_ms": urgent_max_wait_ms or max_wait_ms}
+        self._urgent_reader = AIOKafkaConsumer(**urgent) if urgent_topics else None
         self.revocations = 0  # rebalances that took partitions away, so far
 
     @property

@@ -53,12 +53,17 @@ class Batcher:
         self._riders = riders  # whether lower lanes' items fill a batch's room
 
     def plan(
-        self, now_s: float, *, device_idle: bool, lanes: Collection[Priority] = LANE_ORDER
+        self,
+        now_s: float,
+        *,
+        idle: Collection[Priority],
+        lanes: Collection[Priority] = LANE_ORDER,
     ) -> BatchPlan:
         """Expire what has waited past its deadline and form the next batch from one of
-        ``lanes`` (those the executor has room for), if one is ready."""
+        ``lanes`` (those the executor has room for), if one is ready. A lane in ``idle``
+        (its compute has nothing to run) does not wait ``max_wait`` for more items."""
         expired = self._lanes.expire(now_s)
-        plan = self._form(now_s, device_idle, lanes)
+        plan = self._form(now_s, idle, lanes)
         plan.expired[:0] = expired
         plan.wake_at_s = _earliest(plan.wake_at_s, self._lanes.next_deadline_s())
         return plan
@@ -68,7 +73,9 @@ class Batcher:
         expired = self._lanes.expire(now_s)
         return BatchPlan(expired=expired, wake_at_s=self._lanes.next_deadline_s())
 
-    def _form(self, now_s: float, device_idle: bool, open_lanes: Collection[Priority]) -> BatchPlan:
+    def _form(
+        self, now_s: float, idle: Collection[Priority], open_lanes: Collection[Priority]
+    ) -> BatchPlan:
         lanes = list(self._lanes)
         waiting = [
             (rank, lane, head)
@@ -83,7 +90,7 @@ class Batcher:
 
         def ready(lane: Lane, head: Pending) -> bool:
             full = lane.count(head.model) >= self._limit(head.model, lane.priority)
-            return device_idle or full or now_s >= head.received_s + self._max_wait_s
+            return lane.priority in idle or full or now_s >= head.received_s + self._max_wait_s
 
         chosen = waiting[0]
         shares = self._shares if len(waiting) > 1 else None  # only under contention

@@ -42,6 +42,9 @@ class KafkaConfig(_Frozen):
     # Longest a fetch waits for data; Tansu holds an empty fetch this long even once data
     # arrives, so it bounds latency at low load (aiokafka's default 500 ms gave p50 150 ms).
     fetch_max_wait_ms: int = Field(default=20, ge=1)
+    # The same for the high topic's own reader: a high record waits up to this long in
+    # the broker. Shorter costs an empty fetch round trip that often while it is idle.
+    urgent_fetch_max_wait_ms: int = Field(default=5, ge=1)
     max_message_bytes: int = Field(default=1_048_576, ge=1024)  # larger requests: rejected
     # Tansu holds a join for about half of this: short keeps startup and rebalances quick.
     session_timeout_ms: int = Field(default=10_000, ge=6_000)

@@ -16,7 +16,7 @@ import gc
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from types import TracebackType
 
 import torch
@@ -119,6 +119,7 @@ class Worker:
             client_id=kafka.client_id,
             max_records=kafka.fetch_max_records,
             max_wait_ms=kafka.fetch_max_wait_ms,
+            urgent_max_wait_ms=kafka.urgent_fetch_max_wait_ms,
             max_message_bytes=kafka.max_message_bytes,
             session_timeout_ms=kafka.session_timeout_ms,
             security=kafka.security,
@@ -356,13 +357,20 @@ class Worker:
                 open_lanes.append(lane)
         return open_lanes
 
+    def _idle_lanes(self) -> Collection[Priority]:
+        """The lanes whose compute has room to start a batch now: where lanes run apart,
+        each lane's own; on one thread, every lane or none."""
+        if self._executor.lanes_apart:
+            slots = self._executor.slots
+            return [lane for lane in LANE_ORDER if self._running[lane] < slots(lane)]
+        return () if any(self._running.values()) else LANE_ORDER
+
     async def _schedule(self) -> None:
         while True:
             self._wake.clear()
             now = time.monotonic()
             if open_lanes := self._open_lanes():
-                idle = not any(self._running.values())
-                plan = self._batcher.plan(now, device_idle=idle, lanes=open_lanes)
+                plan = self._batcher.plan(now, idle=self._idle_lanes(), lanes=open_lanes)
             else:  # the executor is full: only expire what waited past its deadline
                 plan = self._batcher.sweep(now)
             if plan.expired:

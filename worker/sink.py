@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+INLINE_RECORDS = 8  # chunks this small are serialized on the event loop
+
 
 class Sink:
     def __init__(
@@ -64,8 +66,13 @@ class Sink:
     async def publish(self, outcomes: Sequence[Outcome]) -> None:
         """Step 1: every result and dead letter acknowledged by Kafka (or refused for good
         in every form it can take, which is logged)."""
-        # Serializing every result is per-record work: keep it off the event loop.
-        records = await asyncio.to_thread(self._refusals.records, outcomes)
+        # Serializing every result is per-record work: keep a chunk off the event loop,
+        # unless it is a few records (a high lane's), which wait less on the loop than
+        # for a pool thread.
+        if len(outcomes) <= INLINE_RECORDS:
+            records = self._refusals.records(outcomes)
+        else:
+            records = await asyncio.to_thread(self._refusals.records, outcomes)
         await self._send(records)
 
     async def _send(self, records: list[tuple[OutRecord, Outcome]]) -> None:

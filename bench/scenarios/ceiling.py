@@ -4,11 +4,15 @@ In-process, on pre-collated batches, with the same torch thread count as every o
 scenario. For minilm the workload's sentences are sorted by length before they are cut
 into batches (the least padding any batcher could achieve). ``run_rps`` adds what the
 worker must also do per batch (collate/tokenize, and split the output to JSON values).
+``replicas_rps`` runs the best batch size the way the worker's bulk lanes do by default
+(``compute.replicas`` passes side by side, each on its share of the torch threads): the
+same cores, laid out differently; reported beside the ceiling, not as it.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 import time
 from typing import Any
 
@@ -18,6 +22,7 @@ import torch
 from bench import workloads
 from bench.measure import Latency
 from bench.scenarios.common import Context
+from worker.config import ComputeConfig
 from worker.models import LoadedModel, ModelRegistry
 
 
@@ -58,6 +63,35 @@ def _timed(
     return best
 
 
+def _side_by_side(fn: Any, batches: list[tuple[Any, int]], min_s: float, replicas: int) -> float:
+    """Items per second of ``replicas`` threads calling ``fn`` over ``batches`` (each
+    thread every ``replicas``-th) for ``min_s`` and every batch at least once, each
+    thread on its share of the torch threads."""
+    share = max(1, torch.get_num_threads() // replicas)
+    done = [0] * replicas
+    stop_at = time.perf_counter() + min_s
+
+    def loop(k: int) -> None:
+        torch.set_num_threads(share)  # per thread (OpenMP); restored by the caller
+        i = k
+        while time.perf_counter() < stop_at or i < len(batches):
+            batch, size = batches[i % len(batches)]
+            fn(batch)
+            done[k] += size
+            i += replicas
+
+    before = torch.get_num_threads()
+    threads = [threading.Thread(target=loop, args=(k,)) for k in range(replicas)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    torch.set_num_threads(before)
+    return sum(done) / elapsed
+
+
 def _forward(model: LoadedModel) -> Any:
     def call(batch: Any) -> Any:
         with torch.inference_mode():
@@ -92,12 +126,22 @@ def measure(ctx: Context, registry: ModelRegistry, name: str) -> dict[str, Any]:
             f"{run_rps:,.0f}/s with collate+split"
         )
     best = max(per_batch, key=lambda k: per_batch[k]["forward_rps"])
+    replicas = min(ComputeConfig().replicas, torch.get_num_threads())
+    chunks = [items[i : i + int(best)] for i in range(0, len(items) - int(best) + 1, int(best))]
+    random.Random(0).shuffle(chunks)
+    replicas_rps = _side_by_side(
+        _forward(model), [(model.adapter.collate(c), len(c)) for c in chunks],
+        ctx.plan.ceiling_min_s, replicas,
+    )  # fmt: skip
+    ctx.say(f"  ceiling {name} batch {best}, {replicas} side by side: {replicas_rps:,.0f}/s")
     return {
         "model": name,
         "by_batch": per_batch,
         "best_batch": int(best),
         "throughput_rps": per_batch[best]["forward_rps"],
         "run_rps_at_best": per_batch[best]["run_rps"],
+        "replicas": replicas,
+        "replicas_rps_at_best": replicas_rps,
         "p50_ms": per_batch[best]["p50_ms"],
         "p99_ms": per_batch[best]["p99_ms"],
         "latency_basis": "one forward pass of the best batch size",

@@ -58,7 +58,7 @@ def test_with_every_lane_backlogged_each_gets_at_least_its_share(
             lanes.push(pending(lane=lane, received_s=0.0))
     served: Counter[Priority] = Counter()
     for _ in range(400):
-        plan = batcher.plan(1.0, device_idle=False)
+        plan = batcher.plan(1.0, idle=())
         assert plan.batch is not None
         served[plan.batch.items[0].lane] += 1
     for lane in backlogged:
@@ -75,10 +75,10 @@ def test_a_starved_lane_expires_its_waiting_items_within_one_plan() -> None:
     for p in [doomed[0], kept, *doomed[1:]]:
         lanes.push(p)
 
-    plan = batcher.plan(0.4, device_idle=False)
+    plan = batcher.plan(0.4, idle=())
     assert plan.expired == [] and plan.wake_at_s == 0.5  # wakes for the first deadline
 
-    plan = batcher.plan(0.5, device_idle=False)
+    plan = batcher.plan(0.5, idle=())
 
     assert plan.expired == doomed
     assert plan.batch is not None and plan.batch.items[0].lane == HIGH

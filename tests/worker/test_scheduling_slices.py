@@ -11,7 +11,7 @@ from consumers.contract import InferenceRequest, Priority
 from worker.batcher import Batcher
 from worker.config import SchedulingConfig
 from worker.executor import BatchRun, run_batch
-from worker.lanes import Lanes
+from worker.lanes import LANE_ORDER, Lanes
 from worker.models import ModelRegistry
 from worker.pending import Batch, ItemResult, Pending
 from worker.scheduling.scheduler import Scheduler
@@ -56,7 +56,7 @@ def test_low_batches_run_in_measured_slices_with_identical_results(
     sliced: dict[str, object] = {}
     sizes: list[tuple[Priority, int]] = []
     while len(lanes):
-        plan = batcher.plan(now[0], device_idle=True)
+        plan = batcher.plan(now[0], idle=LANE_ORDER)
         assert plan.batch is not None
         scheduler.dispatched(plan.batch)
         sizes.append((plan.batch.items[0].lane, len(plan.batch)))

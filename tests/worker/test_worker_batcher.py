@@ -8,7 +8,7 @@ from pipeline_factories import pending
 
 from consumers.contract import Priority
 from worker.batcher import Batcher, BatchPlan
-from worker.lanes import Lanes
+from worker.lanes import LANE_ORDER, Lanes
 from worker.pending import Pending
 
 MAX_WAIT = 0.010
@@ -30,7 +30,7 @@ def fill(lanes: Lanes, *items: Pending) -> list[Pending]:
 
 def test_empty_lanes_plan_nothing_and_do_not_ask_to_wake() -> None:
     _, batcher = make()
-    plan = batcher.plan(1.0, device_idle=True)
+    plan = batcher.plan(1.0, idle=LANE_ORDER)
     assert plan == BatchPlan()
 
 
@@ -38,12 +38,12 @@ def test_a_partial_batch_waits_until_max_wait_since_its_oldest_item() -> None:
     lanes, batcher = make(limit=4)
     fill(lanes, pending(received_s=1.000), pending(received_s=1.004))
 
-    plan = batcher.plan(1.005, device_idle=False)
+    plan = batcher.plan(1.005, idle=())
     assert plan.batch is None and plan.expired == []
     assert plan.wake_at_s == 1.000 + MAX_WAIT
     assert len(lanes) == 2
 
-    plan = batcher.plan(1.000 + MAX_WAIT, device_idle=False)
+    plan = batcher.plan(1.000 + MAX_WAIT, idle=())
     assert plan.batch is not None and len(plan.batch) == 2
     assert plan.batch.formed_s == 1.000 + MAX_WAIT
     assert len(lanes) == 0
@@ -52,7 +52,7 @@ def test_a_partial_batch_waits_until_max_wait_since_its_oldest_item() -> None:
 def test_a_full_batch_closes_at_once() -> None:
     lanes, batcher = make(limit=3)
     items = fill(lanes, *[pending(received_s=1.0) for _ in range(5)])
-    plan = batcher.plan(1.0, device_idle=False)
+    plan = batcher.plan(1.0, idle=())
     assert plan.batch is not None
     assert plan.batch.items == items[:3]  # oldest first, capped at the limit
     assert len(lanes) == 2
@@ -61,9 +61,21 @@ def test_a_full_batch_closes_at_once() -> None:
 def test_an_idle_device_takes_a_single_item_without_waiting() -> None:
     lanes, batcher = make(limit=8)
     (item,) = fill(lanes, pending(received_s=1.0))
-    plan = batcher.plan(1.0, device_idle=True)
+    plan = batcher.plan(1.0, idle=LANE_ORDER)
     assert plan.batch is not None and plan.batch.items == [item]
     assert plan.batch.model == "m"
+
+
+def test_only_a_lane_whose_own_compute_is_idle_skips_the_wait() -> None:
+    lanes, batcher = make(limit=4)
+    low = fill(lanes, pending("bulk", lane=LOW, received_s=1.0))  # no rider: another model
+    plan = batcher.plan(1.001, idle=[HIGH])  # the low lane's compute is busy: it waits
+    assert plan.batch is None and plan.wake_at_s == 1.0 + MAX_WAIT
+    high = fill(lanes, pending(lane=HIGH, received_s=1.001))
+    plan = batcher.plan(1.001, idle=[HIGH])
+    assert plan.batch is not None and plan.batch.items == high
+    plan = batcher.plan(1.002, idle=[HIGH, LOW])
+    assert plan.batch is not None and plan.batch.items == low
 
 
 def test_a_filling_high_batch_blocks_a_full_low_batch() -> None:
@@ -71,7 +83,7 @@ def test_a_filling_high_batch_blocks_a_full_low_batch() -> None:
     fill(lanes, pending("a", lane=HIGH, received_s=1.0))
     fill(lanes, *[pending("b", lane=LOW, received_s=0.5) for _ in range(4)])
 
-    plan = batcher.plan(1.001, device_idle=False)
+    plan = batcher.plan(1.001, idle=())
 
     assert plan.batch is None
     assert plan.wake_at_s == 1.0 + MAX_WAIT
@@ -82,9 +94,9 @@ def test_the_highest_ready_lane_is_served_first() -> None:
     lanes, batcher = make(limit=2)
     low = fill(lanes, pending("b", lane=LOW, received_s=0.0))
     high = fill(lanes, pending("a", lane=HIGH, received_s=5.0))
-    plan = batcher.plan(5.0, device_idle=True)
+    plan = batcher.plan(5.0, idle=LANE_ORDER)
     assert plan.batch is not None and plan.batch.items == high
-    plan = batcher.plan(5.0, device_idle=True)
+    plan = batcher.plan(5.0, idle=LANE_ORDER)
     assert plan.batch is not None and plan.batch.items == low
 
 
@@ -95,7 +107,7 @@ def test_same_model_items_from_lower_lanes_fill_the_remaining_room() -> None:
     other = fill(lanes, pending("b", lane=NORMAL, received_s=0.0))
     low = fill(lanes, pending("a", lane=LOW, received_s=0.0))
 
-    plan = batcher.plan(2.0, device_idle=True)
+    plan = batcher.plan(2.0, idle=LANE_ORDER)
 
     assert plan.batch is not None
     assert plan.batch.model == "a"
@@ -113,8 +125,8 @@ def test_the_oldest_model_in_a_lane_goes_first_and_a_batch_never_mixes_models() 
         pending("a", received_s=1.0),
         pending("b", received_s=3.0),
     )
-    first = batcher.plan(3.0, device_idle=True).batch
-    second = batcher.plan(3.0, device_idle=True).batch
+    first = batcher.plan(3.0, idle=LANE_ORDER).batch
+    second = batcher.plan(3.0, idle=LANE_ORDER).batch
     assert first is not None and second is not None
     assert (first.model, len(first)) == ("a", 1)
     assert (second.model, len(second)) == ("b", 2)
@@ -129,7 +141,7 @@ def test_expired_items_are_split_out_of_the_batch() -> None:
     forever = pending(received_s=1.0)
     fill(lanes, live, dead, at_deadline, forever)
 
-    plan = batcher.plan(3.0, device_idle=True)
+    plan = batcher.plan(3.0, idle=LANE_ORDER)
 
     assert plan.batch is not None and plan.batch.items == [live, forever]
     assert plan.expired == [dead, at_deadline]  # a deadline equal to now has passed
@@ -142,7 +154,7 @@ def test_expired_items_leave_in_the_sweep_before_the_batch_forms() -> None:
     )
     (live,) = fill(lanes, pending(received_s=1.0))
 
-    plan = batcher.plan(2.0, device_idle=True)
+    plan = batcher.plan(2.0, idle=LANE_ORDER)
 
     assert plan.expired == dead
     assert plan.batch is not None and plan.batch.items == [live]
@@ -152,7 +164,7 @@ def test_expired_items_leave_in_the_sweep_before_the_batch_forms() -> None:
 def test_grouped_models_batch_by_similar_cost() -> None:
     lanes, batcher = make(limit=2, grouped=True)
     fill(lanes, *[pending(cost=c, received_s=i) for i, c in enumerate([10, 90, 80, 11])])
-    plan = batcher.plan(10.0, device_idle=True)
+    plan = batcher.plan(10.0, idle=LANE_ORDER)
     assert plan.batch is not None
     assert [p.cost for p in plan.batch.items] == [10, 11]
 
@@ -164,7 +176,7 @@ def test_the_cap_is_per_model() -> None:
         lanes, max_wait_s=MAX_WAIT, limit=lambda m, _: caps[m], grouped=lambda _: False
     )
     fill(lanes, *[pending("small", received_s=0.0) for _ in range(3)])
-    plan = batcher.plan(0.0, device_idle=False)  # full at one item: closes at once
+    plan = batcher.plan(0.0, idle=())  # full at one item: closes at once
     assert plan.batch is not None and len(plan.batch) == 1
 
 
@@ -210,7 +222,7 @@ def test_plan_invariants(
         or sum(p.lane == head.lane and p.model == head.model for p in alive) >= limit
     )
 
-    plan = batcher.plan(now_s, device_idle=device_idle)
+    plan = batcher.plan(now_s, idle=LANE_ORDER if device_idle else ())
 
     batch = plan.batch.items if plan.batch else []
     assert len(batch) + len(plan.expired) + len(lanes) == len(items)  # nothing lost
@@ -244,9 +256,9 @@ def test_a_model_on_the_device_goes_before_an_older_request_for_a_cold_one() -> 
     )
     fill(lanes, pending("cold", received_s=1.00), pending("warm", received_s=1.01))
 
-    first = batcher.plan(1.05, device_idle=True).batch
+    first = batcher.plan(1.05, idle=LANE_ORDER).batch
     assert first is not None and first.model == "warm"  # no swap for the interleaved one
-    second = batcher.plan(1.06, device_idle=True).batch
+    second = batcher.plan(1.06, idle=LANE_ORDER).batch
     assert second is not None and second.model == "cold"  # nothing warm left: it runs
 
 
@@ -262,7 +274,7 @@ def test_a_cold_model_waits_no_longer_than_the_patience() -> None:
     )
     fill(lanes, pending("cold", received_s=1.00), pending("warm", received_s=1.01))
 
-    plan = batcher.plan(1.25, device_idle=True)  # the cold head waited 250 ms > 200 ms
+    plan = batcher.plan(1.25, idle=LANE_ORDER)  # the cold head waited 250 ms > 200 ms
     assert plan.batch is not None and plan.batch.model == "cold"
 
 
@@ -270,11 +282,11 @@ def test_only_the_open_lanes_form_a_batch() -> None:
     lanes, batcher = make(limit=4)
     fill(lanes, pending(lane=NORMAL, received_s=0.5), pending(lane=LOW, received_s=0.5))
 
-    plan = batcher.plan(1.0, device_idle=False, lanes=[HIGH])  # the rest are full
+    plan = batcher.plan(1.0, idle=(), lanes=[HIGH])  # the rest are full
     assert plan.batch is None and len(lanes) == 2
 
     (high,) = fill(lanes, pending(lane=HIGH, received_s=1.0))
-    plan = batcher.plan(1.0 + MAX_WAIT, device_idle=False, lanes=[HIGH])
+    plan = batcher.plan(1.0 + MAX_WAIT, idle=(), lanes=[HIGH])
     assert plan.batch is not None and plan.batch.lane == HIGH
     assert plan.batch.items[0] is high
 
@@ -282,12 +294,12 @@ def test_only_the_open_lanes_form_a_batch() -> None:
 def test_a_batch_records_the_lane_it_was_formed_from() -> None:
     lanes, batcher = make(limit=4)
     fill(lanes, pending(lane=LOW, received_s=0.5))
-    plan = batcher.plan(1.0, device_idle=True)
+    plan = batcher.plan(1.0, idle=LANE_ORDER)
     assert plan.batch is not None and plan.batch.lane == LOW
 
     # One FIFO lane: a high request inside still makes a normal-lane batch, so nothing
     # downstream (the executor's queue) reorders the baseline.
     lanes, batcher = make(limit=4, single_lane=True)
     fill(lanes, pending(lane=HIGH, received_s=0.5))
-    plan = batcher.plan(1.0, device_idle=True)
+    plan = batcher.plan(1.0, idle=LANE_ORDER)
     assert plan.batch is not None and plan.batch.lane == NORMAL
