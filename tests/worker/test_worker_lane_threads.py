@@ -21,18 +21,22 @@ BLOCK = 9.0  # an input holding this blocks its batch until released
 
 
 class Observed(torch.nn.Module):
-    """A linear classifier that records each call's thread nice value, and blocks on
-    ``BLOCK`` until ``release`` is set."""
+    """A linear classifier that records each call's thread nice value and torch thread
+    count, and blocks on ``BLOCK`` (counted in ``blocked``) until ``release`` is set."""
 
     def __init__(self, release: threading.Event) -> None:
         super().__init__()
         self.linear = torch.nn.Linear(4, 3)
         self.release = release
         self.nice: dict[float, int] = {}  # by the first input value
+        self.threads: dict[float, int] = {}
+        self.blocked = threading.Semaphore(0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.nice[float(x[0, 0])] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        self.threads[float(x[0, 0])] = torch.get_num_threads()
         if bool((x == BLOCK).any()):
+            self.blocked.release()
             self.release.wait(30)
         return self.linear(x)
 
@@ -80,30 +84,11 @@ def test_one_thread_serves_every_lane_when_lane_threads_are_off() -> None:
         executor.shutdown()
 
 
-class Threads(torch.nn.Module):
-    """Records each call's torch thread count by its first input value; blocks on
-    ``BLOCK`` until ``release`` is set."""
-
-    def __init__(self, release: threading.Event) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 3)
-        self.release = release
-        self.threads: dict[float, int] = {}
-        self.blocked = threading.Semaphore(0)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.threads[float(x[0, 0])] = torch.get_num_threads()
-        if bool((x == BLOCK).any()):
-            self.blocked.release()
-            self.release.wait(30)
-        return self.linear(x)
-
-
 def test_lower_lanes_run_replicas_side_by_side_on_a_share_of_the_threads() -> None:
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     release = threading.Event()
-    module = Threads(release)
+    module = Observed(release)
     model = LoadedModel("m", "v1", module, classifier(), 64, torch.device("cpu"))
     one = LoadedModel("one", "v1", module, classifier(), 64, torch.device("cpu"))
     models = {"m": model, "one": one}
