@@ -1,7 +1,7 @@
 """The Kafka side of intake: a consumer group over the lane topics.
 
-A thin facade over aiokafka: fetch raw records, pause/resume topics for
-backpressure, seek and commit positions, and hand rebalances to the owner.
+A thin facade over aiokafka: fetch raw records, hold topics back for backpressure,
+seek and commit positions, and hand rebalances to the owner.
 
 The urgent topics (the high lane) are read by a second consumer on its own connection.
 One consumer sends one fetch at a time to a broker, and a fetch that carries bulk
@@ -13,6 +13,7 @@ committed offsets unless the owner seeks elsewhere; commits go through the group
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
@@ -74,6 +75,11 @@ class Ingress:
         )
         urgent = {**common, "fetch_max_wait_ms": urgent_max_wait_ms or max_wait_ms}
         self._urgent_reader = AIOKafkaConsumer(**urgent) if urgent_topics else None
+        # Partitions whose records fetch() leaves in the consumer for now (backpressure).
+        # Not paused in aiokafka: that throws a partition's fetched data away, to be
+        # fetched again, in a reference cycle only a full collector pass frees. aiokafka
+        # sends no new fetch for a partition whose data waits: one fetch each, at most.
+        self._held: set[TopicPartition] = set()
         self.revocations = 0  # rebalances that took partitions away, so far
 
     @property
@@ -110,6 +116,7 @@ class Ingress:
     def _revoked(self, then: PartitionsCallback) -> PartitionsCallback:
         async def revoked(keys: set[TopicPartitionKey]) -> None:
             self.revocations += 1
+            self._held -= {TopicPartition(*tp) for tp in keys}
             if self._urgent_reader is not None:  # stop reading them first
                 kept = [tp for tp in self._urgent_reader.assignment() if _key(tp) not in keys]
                 self._urgent_reader.assign(kept)
@@ -127,7 +134,13 @@ class Ingress:
         apart) or of the others."""
         consumer = self._urgent_reader if urgent else self._consumer
         assert consumer is not None, "no urgent topics are fetched apart"
-        batches = await consumer.getmany(timeout_ms=timeout_ms, max_records=self._max_records)
+        wanted = [tp for tp in consumer.assignment() if tp not in self._held]
+        if not wanted:  # getmany() of no partitions would take every one
+            await asyncio.sleep(timeout_ms / 1000)
+            return []
+        batches = await consumer.getmany(
+            *wanted, timeout_ms=timeout_ms, max_records=self._max_records
+        )
         now = time.monotonic()
         return [
             RawRecord(SourceRef(m.topic, m.partition, m.offset), m.key, m.value, now, m.timestamp)
@@ -136,26 +149,19 @@ class Ingress:
         ]
 
     def set_paused(self, topics: set[str]) -> None:
-        """Pause exactly these topics' partitions; Kafka keeps their data meanwhile."""
+        """Hold back exactly these topics' partitions: fetch() returns none of their
+        records until released; what was fetched waits, the rest stays in Kafka."""
         for tp in self._consumer.assignment():
-            paused = tp.topic in topics
-            reader = self._reader_of(_key(tp))
-            if reader is not self._consumer:
-                self._consumer.pause(tp)  # read apart: paused on the group's consumer
-                if tp not in reader.assignment():
-                    continue
-            if paused:
-                reader.pause(tp)
+            if tp.topic in topics:
+                self._held.add(tp)
             else:
-                reader.resume(tp)
+                self._held.discard(tp)
 
     def assignment(self) -> set[TopicPartitionKey]:
         return {_key(tp) for tp in self._consumer.assignment()}
 
     def paused(self) -> set[TopicPartitionKey]:
-        return {
-            tp for tp in self.assignment() if TopicPartition(*tp) in self._reader_of(tp).paused()
-        }
+        return {tp for tp in self.assignment() if TopicPartition(*tp) in self._held}
 
     async def lag(self) -> dict[TopicPartitionKey, int]:
         """Records behind the high watermark of each partition's last fetch.

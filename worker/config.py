@@ -222,6 +222,16 @@ class ComputeConfig(_Frozen):
         return {Priority.HIGH: 0, Priority.NORMAL: self.normal_nice, Priority.LOW: self.low_nice}
 
 
+class GcConfig(_Frozen):
+    """CPython's cyclic garbage collector (docs/SCHEDULING.md, "Garbage collection")."""
+
+    # The worker runs the full pass itself this often, instead of whenever the promoted
+    # objects reach a quarter of the old ones (every fraction of a second under a
+    # backlog). Cyclic garbage that outlives the young passes is held until then.
+    # None: CPython's own rule.
+    full_every_s: float | None = Field(default=60.0, gt=0)
+
+
 class DriftConfig(_Frozen):
     """Drift windows, references and late labels (docs/DRIFT.md)."""
 
@@ -267,6 +277,7 @@ class WorkerSettings(BaseSettings):
     ops: OpsConfig = OpsConfig()
     scheduling: SchedulingConfig = SchedulingConfig()
     compute: ComputeConfig = ComputeConfig()
+    gc: GcConfig = GcConfig()
     drift: DriftConfig = DriftConfig()
     rollout: RolloutConfig = RolloutConfig()
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import time
 from collections import Counter
@@ -38,6 +37,7 @@ from worker.cuda_lanes import CudaLaneExecutor
 from worker.delivery import Delivery
 from worker.drift.runtime import Drift
 from worker.executor import BatchRun, Executor, ThreadExecutor
+from worker.gc_schedule import GcSchedule
 from worker.inflight import InFlight
 from worker.lanes import LANE_ORDER, Lanes, lane_of
 from worker.metrics import WorkerMetrics
@@ -152,6 +152,7 @@ class Worker:
         self._ops = OpsServer(self, self.metrics, settings.ops)
         self._drift: Drift | None = None
         self._rollouts: Rollouts | None = None
+        self._gc = GcSchedule(settings.gc, self.metrics.registry)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -169,9 +170,7 @@ class Worker:
         await asyncio.to_thread(self._warm_up)
         self._models_warm = True
         self._scheduler.start()
-        # What exists now (modules, weights, libraries) lives as long as the process: keep
-        # it out of the cyclic collector's full passes, which the request churn triggers.
-        gc.freeze()
+        self._gc.start()  # after the warm-up: what exists now lives as long as the process
         sink = Sink(
             egress=self._egress,
             store=self._store,
@@ -269,6 +268,7 @@ class Worker:
         await _bounded(deadline, "the executor", asyncio.to_thread(self._executor.shutdown))
         await _bounded(deadline, "the model store", asyncio.to_thread(self._registry.close))
         self._scheduler.close()
+        await self._gc.stop()
         if self._drift is not None:
             await _bounded(deadline, "the drift windows", self._drift.stop())
         if self._rollouts is not None:

@@ -5,7 +5,9 @@ the urgent topic where the group committed."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 
 from kafka import KafkaProducer
 
@@ -95,3 +97,36 @@ async def test_urgent_topics_are_read_apart_and_resume_at_the_group_commit(
         assert [r.source.offset for r in resumed] == [3, 4]
     finally:
         await again.stop()
+
+
+async def test_holding_a_partition_keeps_its_fetched_records(broker: EmbeddedBroker) -> None:
+    """aiokafka's pause throws a partition's fetched data away (inside a reference cycle
+    that only a full collector pass frees) and fetches it again; holding leaves it in
+    the consumer, and releasing goes on from the next record."""
+    await ensure_topics(broker.bootstrap, [URGENT, BULK], partitions=1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=50)
+    for i in range(1000):  # one fetch brings more than max_records (100)
+        producer.send(BULK, f"b{i}".encode())
+    producer.flush()
+    producer.close()
+
+    consumer, joined = await started(broker.bootstrap)
+    try:
+        await asyncio.wait_for(joined.wait(), 30)
+        first = await fetch_n(consumer, 1, urgent=False)
+        assert len(first) < 1000
+        fetched = [
+            weakref.ref(o) for o in gc.get_objects() if type(o).__name__ == "PartitionRecords"
+        ]
+        assert fetched  # the rest of that fetch, waiting in the consumer
+        consumer.set_paused({BULK})
+        assert consumer.paused() == {(BULK, 0)}
+        for _ in range(3):
+            assert await consumer.fetch(50, urgent=False) == []
+        gc.collect()
+        assert any(ref() is not None for ref in fetched)  # kept, not thrown away
+        consumer.set_paused(set())
+        rest = await fetch_n(consumer, 1000 - len(first), urgent=False)
+        assert [r.source.offset for r in first + rest] == list(range(1000))
+    finally:
+        await consumer.stop()

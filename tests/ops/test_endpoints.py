@@ -101,6 +101,8 @@ async def test_endpoints_report_the_pipeline_under_load(
         assert _sum(samples, f"{name}_sum", lane="normal", model="digits") > 0
     assert _sum(samples, "inferlane_compute_busy_seconds_total", model="digits") > 0
     assert _sum(samples, "inferlane_batch_size_requests_sum", model="digits") == N
+    # Serving N requests allocated enough to run the collector's young passes, timed.
+    assert _sum(samples, "inferlane_gc_pause_seconds_count", generation="0") > 0
     assert _sum(samples, "inferlane_batch_cap_requests", model="digits") >= 1
     assert {dict(k[1]).get("lane") for k in samples if k[0] == "inferlane_lane_depth_requests"} \
         == {"high", "normal", "low"}  # fmt: skip
