@@ -48,6 +48,17 @@ async def started(bootstrap: str) -> tuple[Ingress, asyncio.Event]:
     return consumer, joined
 
 
+async def published(bootstrap: str, counts: dict[str, int]) -> None:
+    """Both topics, one partition each; ``counts[topic]`` records on each ("b0", "u0", ...)."""
+    await ensure_topics(bootstrap, [URGENT, BULK], partitions=1)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50)
+    for topic, n in counts.items():
+        for i in range(n):
+            producer.send(topic, f"{topic[0]}{i}".encode())
+    producer.flush()
+    producer.close()
+
+
 async def fetch_n(consumer: Ingress, n: int, *, urgent: bool) -> list[RawRecord]:
     got: list[RawRecord] = []
     deadline = time.monotonic() + 30
@@ -59,14 +70,7 @@ async def fetch_n(consumer: Ingress, n: int, *, urgent: bool) -> list[RawRecord]
 async def test_urgent_topics_are_read_apart_and_resume_at_the_group_commit(
     broker: EmbeddedBroker,
 ) -> None:
-    await ensure_topics(broker.bootstrap, [URGENT, BULK], partitions=1)
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
-    for i in range(30):
-        producer.send(BULK, f"b{i}".encode())
-    for i in range(5):
-        producer.send(URGENT, f"u{i}".encode())
-    producer.flush()
-    producer.close()
+    await published(broker.bootstrap, {BULK: 30, URGENT: 5})
 
     consumer, joined = await started(broker.bootstrap)
     try:
@@ -103,12 +107,7 @@ async def test_holding_a_partition_keeps_its_fetched_records(broker: EmbeddedBro
     """aiokafka's pause throws a partition's fetched data away (inside a reference cycle
     that only a full collector pass frees) and fetches it again; holding leaves it in
     the consumer, and releasing goes on from the next record."""
-    await ensure_topics(broker.bootstrap, [URGENT, BULK], partitions=1)
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=50)
-    for i in range(1000):  # one fetch brings more than max_records (100)
-        producer.send(BULK, f"b{i}".encode())
-    producer.flush()
-    producer.close()
+    await published(broker.bootstrap, {BULK: 1000})  # one fetch: more than max_records
 
     consumer, joined = await started(broker.bootstrap)
     try:
