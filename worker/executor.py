@@ -234,7 +234,7 @@ def _lane_thread(
             if not ready:
                 ready = True
                 _lower_priority(nice)
-                _set_torch_threads(torch_threads)
+                set_torch_threads(torch_threads)
             return work(batch)
 
         return run
@@ -256,7 +256,7 @@ def _lower_priority(nice: int) -> None:
 _torch_threads_lock = threading.Lock()
 
 
-def _set_torch_threads(n: int) -> None:
+def set_torch_threads(n: int) -> None:
     """This thread's torch intra-op threads. ``torch.set_num_threads`` also sets the
     count that threads first using torch later start from: a passing thread puts the
     process's count back (its own count dies with it)."""

@@ -23,6 +23,7 @@ from bench import workloads
 from bench.measure import Latency
 from bench.scenarios.common import Context
 from worker.config import ComputeConfig
+from worker.executor import set_torch_threads
 from worker.models import LoadedModel, ModelRegistry
 
 
@@ -72,7 +73,7 @@ def _side_by_side(fn: Any, batches: list[tuple[Any, int]], min_s: float, replica
     stop_at = time.perf_counter() + min_s
 
     def loop(k: int) -> None:
-        torch.set_num_threads(share)  # per thread (OpenMP); restored by the caller
+        set_torch_threads(share)  # this thread's own count, as the worker's replicas do
         i = k
         while time.perf_counter() < stop_at or i < len(batches):
             batch, size = batches[i % len(batches)]
@@ -80,16 +81,13 @@ def _side_by_side(fn: Any, batches: list[tuple[Any, int]], min_s: float, replica
             done[k] += size
             i += replicas
 
-    before = torch.get_num_threads()
     threads = [threading.Thread(target=loop, args=(k,)) for k in range(replicas)]
     started = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    elapsed = time.perf_counter() - started
-    torch.set_num_threads(before)
-    return sum(done) / elapsed
+    return sum(done) / (time.perf_counter() - started)
 
 
 def _forward(model: LoadedModel) -> Any:
