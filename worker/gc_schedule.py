@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import gc
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -28,9 +29,37 @@ _NEVER = 2**31 - 1
 _PAUSE_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 # Several workers may run in one process (tests do): the thresholds are the process's,
-# so the first schedule to start sets them and the last to stop puts them back.
-_active = 0
+# so the first holder turns the rule off and the last one puts the thresholds back.
+_holders = 0
 _saved: tuple[int, int, int] | None = None
+
+
+def _rule_off() -> None:
+    global _holders, _saved
+    if _holders == 0:
+        _saved = gc.get_threshold()
+        young, middle, _ = _saved
+        gc.set_threshold(young, middle, _NEVER)
+    _holders += 1
+
+
+def _rule_back() -> None:
+    global _holders
+    _holders -= 1
+    if _holders == 0 and _saved is not None:
+        gc.set_threshold(*_saved)
+
+
+@contextlib.contextmanager
+def without_full_passes() -> Iterator[None]:
+    """Freeze what exists now; no full pass runs unless asked for, until the block ends."""
+    gc.collect()
+    gc.freeze()
+    _rule_off()
+    try:
+        yield
+    finally:
+        _rule_back()
 
 
 class GcSchedule:
@@ -52,21 +81,15 @@ class GcSchedule:
 
     def start(self) -> None:
         """Call once the models are warm: what exists now is never garbage."""
-        global _active, _saved
         gc.freeze()
         gc.callbacks.append(self._timed)
         if self._every_s is None:
             return
-        if _active == 0:
-            _saved = gc.get_threshold()
-            young, middle, _ = _saved
-            gc.set_threshold(young, middle, _NEVER)
-        _active += 1
+        _rule_off()
         self._scheduled = True
         self._task = asyncio.create_task(self._full_passes(), name="inferlane-gc")
 
     async def stop(self) -> None:
-        global _active
         with contextlib.suppress(ValueError):
             gc.callbacks.remove(self._timed)
         if self._task is not None:
@@ -76,9 +99,7 @@ class GcSchedule:
             self._task = None
         if self._scheduled:
             self._scheduled = False
-            _active -= 1
-            if _active == 0 and _saved is not None:
-                gc.set_threshold(*_saved)
+            _rule_back()
 
     async def _full_passes(self) -> None:
         assert self._every_s is not None

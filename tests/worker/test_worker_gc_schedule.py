@@ -10,7 +10,7 @@ import weakref
 from prometheus_client import CollectorRegistry
 
 from worker.config import GcConfig
-from worker.gc_schedule import GcSchedule
+from worker.gc_schedule import GcSchedule, without_full_passes
 
 
 class Node:
@@ -95,3 +95,18 @@ async def test_thresholds_come_back_when_the_last_of_two_schedules_stops() -> No
     timed = passes(registry, 0)
     churn()
     assert passes(registry, 0) == timed  # a stopped schedule no longer times passes
+
+
+async def test_a_block_without_full_passes_nests_with_a_schedule() -> None:
+    before = gc.get_threshold()
+    with without_full_passes():
+        schedule = GcSchedule(GcConfig(full_every_s=30), CollectorRegistry())
+        schedule.start()
+        await schedule.stop()
+        assert gc.get_threshold()[2] > 10**9  # the schedule's stop left the block's rule
+        ref = old_cycle()
+        churn()
+        assert ref() is not None  # no full pass ran inside the block
+    assert gc.get_threshold() == before
+    gc.collect()
+    assert ref() is None
