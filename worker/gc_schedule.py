@@ -76,8 +76,7 @@ class GcSchedule:
         )
         self._pauses = [pauses.labels(str(g)) for g in range(3)]
         self._began = 0.0
-        self._task: asyncio.Task[None] | None = None
-        self._scheduled = False
+        self._task: asyncio.Task[None] | None = None  # the full passes, while they run
 
     def start(self) -> None:
         """Call once the models are warm: what exists now is never garbage."""
@@ -86,7 +85,6 @@ class GcSchedule:
         if self._every_s is None:
             return
         _rule_off()
-        self._scheduled = True
         self._task = asyncio.create_task(self._full_passes(), name="inferlane-gc")
 
     async def stop(self) -> None:
@@ -97,8 +95,6 @@ class GcSchedule:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self._scheduled:
-            self._scheduled = False
             _rule_back()
 
     async def _full_passes(self) -> None:
