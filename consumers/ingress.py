@@ -129,18 +129,20 @@ class Ingress:
             return self._urgent_reader
         return self._consumer
 
-    async def fetch(self, timeout_ms: int, *, urgent: bool = False) -> list[RawRecord]:
-        """Up to ``max_records`` of the urgent topics (``urgent``, when they are fetched
-        apart) or of the others."""
+    async def fetch(
+        self, timeout_ms: int, *, urgent: bool = False, max_records: int | None = None
+    ) -> list[RawRecord]:
+        """Up to ``max_records`` (at most the configured number) of the urgent topics
+        (``urgent``, when they are fetched apart) or of the others; what is not taken
+        waits in the consumer."""
         consumer = self._urgent_reader if urgent else self._consumer
         assert consumer is not None, "no urgent topics are fetched apart"
+        limit = self._max_records if max_records is None else min(max_records, self._max_records)
         wanted = [tp for tp in consumer.assignment() if tp not in self._held]
-        if not wanted:  # getmany() of no partitions would take every one
+        if not wanted or limit < 1:  # getmany() of no partitions would take every one
             await asyncio.sleep(timeout_ms / 1000)
             return []
-        batches = await consumer.getmany(
-            *wanted, timeout_ms=timeout_ms, max_records=self._max_records
-        )
+        batches = await consumer.getmany(*wanted, timeout_ms=timeout_ms, max_records=limit)
         now = time.monotonic()
         return [
             RawRecord(SourceRef(m.topic, m.partition, m.offset), m.key, m.value, now, m.timestamp)

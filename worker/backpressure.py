@@ -2,8 +2,29 @@
 
 from __future__ import annotations
 
+import math
+
 from consumers.contract import Priority
+from worker.inflight import InFlight
 from worker.lanes import Lanes
+
+
+def bulk_limit(*, high_reserve: float, single_lane: bool) -> float:
+    """The share of the in-flight budget the bulk topics may fill; the rest is the high
+    topic's reserve. Single-lane mode has no priorities, hence no reserve."""
+    return 1.0 if single_lane else 1.0 - high_reserve
+
+
+def bulk_room(in_flight: InFlight, *, high_reserve: float, single_lane: bool) -> int:
+    """How many records one bulk fetch may take without crossing the bulk share.
+
+    Pausing alone acts after a fetch: a fetch of ``fetch_max_records`` taken just below
+    the bulk share would overshoot into the reserve and pause the high topic too, until
+    the backlog drained back below the full budget. In records only: a fetch's bytes are
+    known only once it is taken.
+    """
+    share = bulk_limit(high_reserve=high_reserve, single_lane=single_lane)
+    return math.ceil(share * in_flight.max_records) - len(in_flight)
 
 
 def paused_topics(
@@ -14,13 +35,12 @@ def paused_topics(
     ``load`` is the share of the in-flight budget in use (records or bytes). Bulk
     topics pause once it reaches ``1 - high_reserve``; the high topic keeps that reserve
     for itself and pauses only at the full budget, so an urgent request does not wait
-    for a backlog to drain, and an outage still holds a bounded amount. Single-lane mode
-    has no priorities, hence no reserve.
+    for a backlog to drain, and an outage still holds a bounded amount.
     """
-    bulk_limit = 1.0 if lanes.single_lane else 1.0 - high_reserve
+    bulk = bulk_limit(high_reserve=high_reserve, single_lane=lanes.single_lane)
     paused = set()
     for topic, lane in lane_of_topic.items():
-        limit = 1.0 if lane == Priority.HIGH else bulk_limit
+        limit = 1.0 if lane == Priority.HIGH else bulk
         if lanes.lane_for(lane).full or load >= limit:
             paused.add(topic)
     return paused

@@ -29,7 +29,7 @@ from consumers.records import RawRecord
 from consumers.topics import ensure_topics
 from storage import ResultStore
 from worker.admission import Admission
-from worker.backpressure import paused_topics
+from worker.backpressure import bulk_room, paused_topics
 from worker.batcher import Batcher
 from worker.completion import CompletionQueue
 from worker.config import ComputeConfig, WorkerSettings
@@ -307,7 +307,8 @@ class Worker:
     async def _intake(self, *, urgent: bool) -> None:
         while self._accepting:
             revocations = self._ingress.revocations
-            records = await self._ingress.fetch(_FETCH_TIMEOUT_MS, urgent=urgent)
+            room = None if urgent else self._bulk_room()
+            records = await self._ingress.fetch(_FETCH_TIMEOUT_MS, urgent=urgent, max_records=room)
             if records:
                 async with self._intake_locks[urgent]:
                     if self._ingress.revocations != revocations:  # some may be gone
@@ -329,6 +330,12 @@ class Worker:
             self._lanes.push(pending)
         self._finish(admitted.ended)
         self._wake.set()
+
+    def _bulk_room(self) -> int:
+        lanes = self.settings.lanes
+        return bulk_room(
+            self._in_flight, high_reserve=lanes.high_reserve, single_lane=lanes.single_lane
+        )
 
     def _apply_backpressure(self) -> None:
         self.metrics.in_flight.set(len(self._in_flight))

@@ -129,3 +129,21 @@ async def test_holding_a_partition_keeps_its_fetched_records(broker: EmbeddedBro
         assert [r.source.offset for r in first + rest] == list(range(1000))
     finally:
         await consumer.stop()
+
+
+async def test_a_fetch_takes_no_more_than_asked_and_the_rest_follows(
+    broker: EmbeddedBroker,
+) -> None:
+    await published(broker.bootstrap, {BULK: 300})
+    consumer, joined = await started(broker.bootstrap)
+    try:
+        await asyncio.wait_for(joined.wait(), 30)
+        taken: list[int] = []
+        while not taken:
+            taken = [r.source.offset for r in await consumer.fetch(1000, max_records=7)]
+        assert taken == list(range(7))
+        assert await consumer.fetch(50, max_records=0) == []
+        rest = await fetch_n(consumer, 300 - 7, urgent=False)
+        assert [r.source.offset for r in rest] == list(range(7, 300))
+    finally:
+        await consumer.stop()

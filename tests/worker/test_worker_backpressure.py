@@ -6,7 +6,7 @@ from __future__ import annotations
 from pipeline_factories import pending, record
 
 from consumers.contract import Priority
-from worker.backpressure import paused_topics
+from worker.backpressure import bulk_room, paused_topics
 from worker.inflight import InFlight
 from worker.lanes import Lanes
 
@@ -61,3 +61,14 @@ def test_the_budget_counts_bytes_as_well_as_records() -> None:
     assert budget.count_in({("inferlane.requests", 1)}) == 1
     budget.remove(few_large[:1])
     assert budget.load == 0.4 and budget.count_in({("inferlane.requests", 0)}) == 0
+
+
+def test_a_bulk_fetch_is_bounded_so_it_cannot_spend_the_high_reserve() -> None:
+    budget = InFlight(max_records=1000, max_bytes=10**9)
+    budget.add([record(b"x", partition=0)] * 880)
+    room = bulk_room(budget, high_reserve=0.1, single_lane=False)
+    assert room == 20  # up to 900 records: the bulk share, never into the reserve
+    budget.add([record(b"x", partition=0)] * room)
+    assert paused(Lanes(capacity=10_000), budget.load) == {"t.normal", "t.low"}
+    assert bulk_room(budget, high_reserve=0.1, single_lane=False) == 0
+    assert bulk_room(budget, high_reserve=0.1, single_lane=True) == 100  # no reserve
