@@ -38,7 +38,9 @@ class TopicConfig(_Frozen):
 class KafkaConfig(_Frozen):
     group_id: str = "inferlane"
     client_id: str = "inferlane-worker"
-    fetch_max_records: int = Field(default=2000, ge=1)
+    # Records one fetch hands over: the event loop turns each into a record object in
+    # one go, so this bounds how long a bulk fetch holds the loop (and a high record).
+    fetch_max_records: int = Field(default=500, ge=1)
     # Longest a fetch waits for data; Tansu holds an empty fetch this long even once data
     # arrives, so it bounds latency at low load (aiokafka's default 500 ms gave p50 150 ms).
     fetch_max_wait_ms: int = Field(default=20, ge=1)
@@ -96,9 +98,9 @@ class LaneConfig(_Frozen):
 
 
 class SinkConfig(_Frozen):
-    # Outcomes per Kafka produce round: small enough that a high-lane result never waits
-    # long behind a chunk of bulk ones already on their way.
-    max_chunk: int = Field(default=1024, ge=1)
+    # Outcomes per Kafka produce round: the event loop hands each to the producer in one
+    # go, so this bounds how long a bulk chunk holds the loop (and a high result).
+    max_chunk: int = Field(default=256, ge=1)
     retry_backoff_s: float = Field(default=0.5, gt=0)
     retry_backoff_max_s: float = Field(default=10.0, gt=0)
 
@@ -161,6 +163,10 @@ class SchedulingConfig(_Frozen):
     high_latency_target_ms: float | None = Field(default=200.0, gt=0)
     normal_latency_target_ms: float | None = Field(default=None, gt=0)
     low_latency_target_ms: float | None = Field(default=None, gt=0)
+    # While records of the high topic are between receipt and publication, a thread that
+    # wants the GIL waits at most this long for it (CPython's switch interval, 5 ms by
+    # default, then put back). None: the interval is left alone.
+    high_switch_interval_ms: float | None = Field(default=0.5, gt=0)
 
     @model_validator(mode="after")
     def _shares_fit(self) -> SchedulingConfig:
@@ -174,6 +180,11 @@ class SchedulingConfig(_Frozen):
             Priority.NORMAL: self.normal_latency_target_ms,
             Priority.LOW: self.low_latency_target_ms,
         }
+
+    @property
+    def high_switch_interval_s(self) -> float | None:
+        ms = self.high_switch_interval_ms
+        return None if ms is None else ms / 1000
 
     def lane_timeouts_ms(self) -> dict[Priority, int | None]:
         return {

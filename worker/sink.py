@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-INLINE_RECORDS = 8  # chunks this small are serialized on the event loop
+# Chunks this small are serialized (here) and urgent fetches this small admitted (the
+# service) on the event loop: a thread hop there and back costs more.
+INLINE_RECORDS = 8
 
 
 class Sink:
