@@ -163,10 +163,6 @@ class SchedulingConfig(_Frozen):
     high_latency_target_ms: float | None = Field(default=200.0, gt=0)
     normal_latency_target_ms: float | None = Field(default=None, gt=0)
     low_latency_target_ms: float | None = Field(default=None, gt=0)
-    # While records of the high topic are between receipt and publication, a thread that
-    # wants the GIL waits at most this long for it (CPython's switch interval, 5 ms by
-    # default, then put back). None: the interval is left alone.
-    high_switch_interval_ms: float | None = Field(default=0.5, gt=0)
 
     @model_validator(mode="after")
     def _shares_fit(self) -> SchedulingConfig:
@@ -180,11 +176,6 @@ class SchedulingConfig(_Frozen):
             Priority.NORMAL: self.normal_latency_target_ms,
             Priority.LOW: self.low_latency_target_ms,
         }
-
-    @property
-    def high_switch_interval_s(self) -> float | None:
-        ms = self.high_switch_interval_ms
-        return None if ms is None else ms / 1000
 
     def lane_timeouts_ms(self) -> dict[Priority, int | None]:
         return {

@@ -33,7 +33,6 @@ class Delivery:
         *,
         commit: Commit,
         max_chunk: int,
-        on_published: Callable[[Sequence[Outcome]], None],
         on_durable: Callable[[Sequence[Outcome]], None],
     ) -> None:
         self._sink = sink
@@ -41,7 +40,6 @@ class Delivery:
         self._tracker = tracker
         self._commit = commit  # the consumer group's offset commit
         self._max_chunk = max_chunk
-        self._on_published = on_published
         self._on_durable = on_durable
         # Published chunks waiting for SQL, with whether each holds a bulk slot.
         self._published: asyncio.Queue[tuple[list[Outcome], bool]] = asyncio.Queue()
@@ -67,7 +65,6 @@ class Delivery:
         while True:
             chunk = await self._done.take(self._max_chunk, lanes)
             await self._sink.publish(chunk)
-            self._on_published(chunk)
             if bulk:
                 await self._bulk_slots.acquire()
             self._published.put_nowait((chunk, bulk))

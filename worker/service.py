@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from types import TracebackType
 
 import torch
@@ -49,7 +49,6 @@ from worker.rollout.routing import Router
 from worker.rollout.runtime import Rollouts
 from worker.scheduling.scheduler import Scheduler
 from worker.sink import INLINE_RECORDS, Sink
-from worker.switch_interval import SwitchInterval
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +101,6 @@ class Worker:
         self._tracker = OffsetTracker()
         topics, kafka = settings.topics, settings.kafka
         self._lane_of_topic = topics.lane_topics()
-        # The FIFO baseline takes records as they come, whatever their topic.
-        self._urgent_topics = frozenset(() if settings.lanes.single_lane else (topics.high,))
-        self._switch = SwitchInterval(settings.scheduling.high_switch_interval_s)
         self._router = Router()  # rollouts send a share of a model's requests to a candidate
         self._admission = Admission(
             adapter_for=registry.adapter,
@@ -117,7 +113,8 @@ class Worker:
         self._ingress = Ingress(
             bootstrap=settings.bootstrap,
             topics=list(self._lane_of_topic),
-            urgent_topics=set(self._urgent_topics),
+            # The FIFO baseline takes records as they come, whatever their topic.
+            urgent_topics=set() if settings.lanes.single_lane else {topics.high},
             group_id=kafka.group_id,
             client_id=kafka.client_id,
             max_records=kafka.fetch_max_records,
@@ -189,7 +186,6 @@ class Worker:
             self._tracker,
             commit=self._ingress.commit,
             max_chunk=s.sink.max_chunk,
-            on_published=self._published,
             on_durable=self._durable,
         )
         names = [*self._lane_of_topic, s.topics.results, s.topics.dead_letters]
@@ -263,7 +259,6 @@ class Worker:
             await _bounded(deadline, "drain", self._until_settled())
         self._closed = True
         await _cancelled(self._tasks, deadline)
-        self._switch.close()  # what was not drained is replayed elsewhere
         if self._delivery is not None:
             await _bounded(deadline, "the SQL write", self._delivery.finish_write())
         if self._failed is not None and not self._failed.done():
@@ -322,8 +317,6 @@ class Worker:
                             r for r in records if (r.source.topic, r.source.partition) in assigned
                         ]
                     if records:
-                        if urgent:
-                            self._switch.enter(len(records))
                         await self._admit(records, urgent=urgent)
             self._apply_backpressure()
 
@@ -455,13 +448,6 @@ class Worker:
         if outcomes:
             self._done.put(outcomes)
 
-    def _published(self, chunk: Sequence[Outcome]) -> None:
-        if self._switch.held:
-            self._switch.leave(self._from_urgent(o.record for o in chunk))
-
-    def _from_urgent(self, records: Iterable[RawRecord]) -> int:
-        return sum(r.source.topic in self._urgent_topics for r in records)
-
     def _durable(self, chunk: Sequence[Outcome]) -> None:
         self.metrics.delivered(chunk)
         self._in_flight.remove(o.record for o in chunk)
@@ -503,7 +489,6 @@ class Worker:
                 lambda p: (p.record.source.topic, p.record.source.partition) in revoked
             )
             self._in_flight.remove(p.record for p in dropped)
-            self._switch.leave(self._from_urgent(p.record for p in dropped))
             self._progress.set()  # a stop() waiting to settle may be done now
             if self._accepting:  # on shutdown, stop() has drained (or chosen not to)
                 deadline = time.monotonic() + self.settings.lanes.rebalance_drain_s

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import sys
-import threading
 import time
 from pathlib import Path
 
 from kafka import KafkaProducer
 
 from consumers.client import InferlaneClient
-from consumers.contract import Status
+from consumers.contract import Priority, Status
 from worker.broker import EmbeddedBroker
 from worker.config import WorkerSettings
 from worker.models import ModelRegistry
@@ -65,50 +63,26 @@ async def test_a_replayed_request_keeps_the_timeout_it_had_when_produced(
     assert cap is not None and 1 <= cap <= 256
 
 
-class IntervalSampler:
-    """The interpreter's switch interval, sampled from a thread until stopped."""
-
-    def __init__(self) -> None:
-        self.seen: set[float] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.0001):
-            self.seen.add(round(sys.getswitchinterval(), 6))
-
-    def __enter__(self) -> IntervalSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-async def test_the_switch_interval_is_short_only_while_high_records_are_in_the_worker(
+async def test_the_high_topic_is_served_on_the_high_lane_one_record_or_a_burst(
     broker: EmbeddedBroker, tmp_path: Path, demo_registry: ModelRegistry
 ) -> None:
+    """The high topic's own reader: a few records are admitted on the event loop, a burst
+    on a pool thread; a bad one among them fails alone."""
     settings = WorkerSettings(
         bootstrap=broker.bootstrap, database_url=f"sqlite:///{tmp_path}/store.db"
     )
-    before = sys.getswitchinterval()
-    short = settings.scheduling.high_switch_interval_s
-    assert short is not None and short < before
+    high = settings.topics.high
     async with Worker(settings, demo_registry):
         with InferlaneClient(broker.bootstrap) as client:
             await asyncio.to_thread(client.watch_results)
-            for topic, prefix in ((TOPIC, "bulk"), (settings.topics.high, "urgent")):
-                with IntervalSampler() as sampler:
-                    ids = client.publish(digits_requests(300, prefix=prefix), topic=topic)
-                    results = await asyncio.to_thread(client.results, ids, timeout_s=60)
-                    assert all(r.status == Status.OK for r in results.values())
-                    for _ in range(100):  # put back once the last result is acknowledged
-                        if sys.getswitchinterval() == before:
-                            break
-                        await asyncio.sleep(0.05)
-                if prefix == "bulk":
-                    assert sampler.seen == {round(before, 6)}
-                else:
-                    assert sampler.seen == {round(before, 6), round(short, 6)}
-    assert sys.getswitchinterval() == before
+            one = client.publish(digits_requests(1, prefix="one"), topic=high)
+            first = await asyncio.to_thread(client.results, one, timeout_s=60)
+            unknown = {"request_id": "nope", "model": "no-such-model", "inputs": [0.0]}
+            burst = client.publish([*digits_requests(200, prefix="burst"), unknown], topic=high)
+            rest = await asyncio.to_thread(client.results, burst, timeout_s=60)
+
+    served = [*first.values(), *(r for r in rest.values() if r.request_id != "nope")]
+    assert len(served) == 201
+    assert all(r.status == Status.OK and r.priority == Priority.HIGH for r in served)
+    assert rest["nope"].status == Status.REJECTED
+    assert rest["nope"].error is not None and rest["nope"].error.code == "unknown_model"
