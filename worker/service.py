@@ -325,7 +325,9 @@ class Worker:
             self._tracker.started((r.source.topic, r.source.partition), r.source.offset)
         self._in_flight.add(records)
         self.metrics.consumed(Counter(r.source.topic for r in records))
-        if urgent and len(records) <= INLINE_RECORDS:  # two thread hops cost more
+        # Two thread hops cost more than a few records' admission, unless it would build
+        # an adapter (a model not warmed at start: a candidate, a reloaded registry).
+        if urgent and len(records) <= INLINE_RECORDS and self._registry.adapters_built():
             admitted = self._admission.admit(records)
         else:
             admitted = await asyncio.to_thread(self._admission.admit, records)

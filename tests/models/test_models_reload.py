@@ -38,9 +38,11 @@ def test_reload_adds_removes_and_replaces(tmp_path: Path, weights: Path) -> None
     try:
         old_a = registry.ensure("a").result()
         registry.ensure("b").result()
+        assert registry.adapters_built()
         path.write_text(entry("a", "2", weights) + entry("c", "1", weights))
         changes = registry.reload()
         assert (changes.added, changes.removed, changes.replaced) == (["c"], ["b"], ["a"])
+        assert not registry.adapters_built()  # the urgent intake admits off the loop now
         assert registry.names() == ["a", "c"]
         new_a = registry.ensure("a").result()
         assert (old_a.version, new_a.version) == ("1", "2") and new_a is not old_a
@@ -51,6 +53,7 @@ def test_reload_adds_removes_and_replaces(tmp_path: Path, weights: Path) -> None
         with pytest.raises(UnknownModel, match="removed"):
             registry.get("b")
         assert registry.ensure("c").result().name == "c"
+        assert registry.adapters_built()
         path.write_text("[[models]]\nname = 'broken'\n")
         with pytest.raises(ValueError):
             registry.reload()

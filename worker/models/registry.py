@@ -150,6 +150,11 @@ class ModelRegistry:
             self._adapter_failures.pop(name, None)
         return adapter
 
+    def adapters_built(self) -> bool:
+        """Whether every model's and candidate's adapter is built, so that no lookup
+        builds one (a tokenizer load can take a second)."""
+        return self._adapters.keys() >= self._specs.keys()
+
     def _adapter_failed(self, name: str, previous: Failure | None, exc: Exception) -> str:
         attempts = previous.attempts + 1 if previous else 1
         delay = self._config.backoff_s(attempts)
