@@ -17,7 +17,16 @@ from rich.console import Console
 
 from bench import report
 from bench.plan import FULL, PLANS, Plan
-from bench.scenarios import ceiling, low_load, overhead, priority, soak, step_load, throughput
+from bench.scenarios import (
+    ceiling,
+    high_cost,
+    low_load,
+    overhead,
+    priority,
+    soak,
+    step_load,
+    throughput,
+)
 from bench.scenarios.common import Context, Measured
 from worker.gc_schedule import without_full_passes
 
@@ -32,7 +41,8 @@ SCENARIOS = (
     "ops",
     "drift",
     "step_load",
-)  # step_load: opt-in (--only step_load), not in any default set
+    "high_cost",
+)  # step_load, high_cost: opt-in (--only ...), not in any default set
 console = Console()
 
 
@@ -135,6 +145,8 @@ def run(ctx: Context, only: set[str]) -> tuple[dict[str, dict[str, Any]], list[M
             steps.append((f"{feature} overhead", _adder(measured, overhead.run, ctx, feature)))
     if "step_load" in only:
         steps.append(("step load", _adder(measured, step_load.run, ctx)))
+    if "high_cost" in only:
+        steps.append(("high cost", _adder(measured, high_cost.run, ctx)))
     for i, (name, step) in enumerate(steps, 1):
         started = time.monotonic()
         # The harness times requests on its own event loop. With CPython's rule, full

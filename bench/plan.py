@@ -16,10 +16,14 @@ class Plan:
     priority_low: int  # saturating `low` backlog (digits)
     priority_rate_hz: float  # sparse `high` requests
     priority_s: float
+    priority_solo_s: float  # the low lane alone, half before and half after the high requests
     low_load_rate_hz: dict[str, float]
     low_load_s: float
     soak_requests: int
     overhead_pairs: int  # off/on pairs per feature in an overhead scenario (--only ops,drift)
+    high_cost_pairs: int  # windows without, then with high requests (--only high_cost)
+    high_cost_window_s: float
+    high_cost_rate_hz: float
     systems: tuple[str, ...] = ("naive", "threadpool", "inferlane")
     # Scenarios run when ``--only`` is not given.
     default_scenarios: tuple[str, ...] = (
@@ -44,10 +48,14 @@ SMOKE = Plan(
     priority_low=2000,
     priority_rate_hz=10,
     priority_s=1.0,
+    priority_solo_s=1.0,
     low_load_rate_hz={"digits": 10},
     low_load_s=1.0,
     soak_requests=1000,
     overhead_pairs=1,
+    high_cost_pairs=1,
+    high_cost_window_s=1.0,
+    high_cost_rate_hz=100,
     timeout_s=60.0,
     # Seconds, for CI: one of each kind of Kafka system (each start costs ~6 s).
     default_scenarios=("ceiling", "naive", "threadpool", "inferlane"),
@@ -64,10 +72,14 @@ QUICK = Plan(
     priority_low=25_000,
     priority_rate_hz=20,
     priority_s=3.0,
+    priority_solo_s=3.0,
     low_load_rate_hz={"digits": 20, "minilm": 5},
     low_load_s=3.0,
     soak_requests=12_000,
     overhead_pairs=3,
+    high_cost_pairs=2,
+    high_cost_window_s=3.0,
+    high_cost_rate_hz=100,
     timeout_s=60.0,
 )
 
@@ -84,10 +96,14 @@ FULL = Plan(
     priority_low=200_000,
     priority_rate_hz=20,
     priority_s=20.0,
+    priority_solo_s=10.0,
     low_load_rate_hz={"digits": 20, "minilm": 5},
     low_load_s=20.0,
     soak_requests=200_000,
     overhead_pairs=5,
+    high_cost_pairs=4,
+    high_cost_window_s=5.0,
+    high_cost_rate_hz=100,
     timeout_s=600.0,
 )
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from bench.scenarios import overhead, step_load
 from bench.scenarios.common import Measured
+from worker.config import BatchConfig
 
 # (ratio path, comparison, threshold), from the issue's targets for this machine (CPU).
 TARGETS: tuple[tuple[str, str, float], ...] = (
@@ -24,11 +25,15 @@ TARGETS: tuple[tuple[str, str, float], ...] = (
     ("digits.drift_on_over_off", ">=", 0.95),  # issue 9: drift costs under 5%
     ("soak.rss_growth_after_warm_up", "<", 0.05),
     # Issue 7: a high request under a saturating low backlog stays within 2x its unloaded
-    # p99 + 50 ms (bound = 1), while the backlog keeps >= 90% of its solo throughput.
+    # p99 + 50 ms (bound = 1), while the backlog keeps >= 90% of its solo throughput (the
+    # same worker's low lane alone just before the high requests).
     ("priority.digits_high_p99_over_bound", "<=", 1.0),
     ("priority.digits_low_over_solo", ">=", 0.9),
     ("priority.minilm_high_p99_over_bound", "<=", 1.0),
     ("priority.minilm_low_over_solo", ">=", 0.9),
+    # Issue 7, low load: p50 end to end <= max_wait + one forward pass at batch 1 + 15 ms.
+    ("low_load.digits_p50_over_bound", "<=", 1.0),
+    ("low_load.minilm_p50_over_bound", "<=", 1.0),
     # Issue 7, step load: the adaptive cap settles (CV < 10% over each saturated phase's
     # second half) and saturates within 5% of the best fixed cap.
     ("step_load.digits_adaptive_cap_cv_max", "<", 0.1),
@@ -37,6 +42,7 @@ TARGETS: tuple[tuple[str, str, float], ...] = (
     ("step_load.minilm_adaptive_over_best_fixed", ">=", 0.95),
 )
 UNLOADED_P99_FACTOR, UNLOADED_P99_SLACK_MS = 2.0, 50.0
+LOW_LOAD_SLACK_MS = 15.0
 
 
 def _div(a: float | None, b: float | None) -> float | None:
@@ -65,6 +71,8 @@ def scenarios_json(ceiling: dict[str, dict[str, Any]], measured: list[Measured])
             out["soak"] = entry
         elif m.scenario == "step_load":
             out.setdefault("step_load", {}).setdefault(m.model, {})[m.system] = entry
+        elif m.scenario == "high_cost":
+            out.setdefault("high_cost", {})[m.model] = entry
     return out
 
 
@@ -87,9 +95,20 @@ def ratios(scenarios: dict[str, Any]) -> dict[str, dict[str, float | None]]:
             out[model].update(_overhead(f, systems.get(f"inferlane-{f}-on")))
     if scenarios["priority"]:
         out["priority"] = _priority(scenarios)
+    if scenarios["low_load"]:
+        out["low_load"] = _low_load(scenarios)
     for model, runs in scenarios.get("step_load", {}).items():
         for key, value in step_load.judged(runs).items():
             out.setdefault("step_load", {})[f"{model}_{key}"] = value
+    for model, m in scenarios.get("high_cost", {}).items():
+        pairs = m["extra"]["pair_ratios"]
+        out.setdefault("high_cost", {}).update(
+            {
+                f"{model}_on_over_off": m["extra"]["on_over_off"],
+                f"{model}_on_over_off_min": min(pairs),
+                f"{model}_on_over_off_max": max(pairs),
+            }
+        )
     soak = scenarios["soak"]
     if soak:
         extra = soak["extra"]
@@ -103,7 +122,8 @@ def ratios(scenarios: dict[str, Any]) -> dict[str, dict[str, float | None]]:
 def _priority(scenarios: dict[str, Any]) -> dict[str, float | None]:
     """Per backlog model: lanes against one FIFO lane; the lanes' high p99 over its bound
     (2x the unloaded digits p99 of the low-load scenario + 50 ms); the low lane's rate
-    while high requests flowed over the model's solo inferlane throughput."""
+    while high requests flowed over its rate alone just before, in the same worker, and
+    over the model's inferlane throughput scenario (another worker, run earlier)."""
     unloaded = scenarios["low_load"].get("digits", {}).get("p99_ms")
     bound = None if unloaded is None else UNLOADED_P99_FACTOR * unloaded + UNLOADED_P99_SLACK_MS
     out: dict[str, float | None] = {"high_p99_bound_ms": bound}
@@ -111,12 +131,26 @@ def _priority(scenarios: dict[str, Any]) -> dict[str, float | None]:
         lanes, fifo = systems.get("inferlane-lanes"), systems.get("inferlane-single-lane")
         if lanes is None:
             continue
-        solo = scenarios["throughput"].get(model, {}).get("inferlane", {}).get("throughput_rps")
+        throughput = scenarios["throughput"].get(model, {}).get("inferlane", {})
         out[f"{model}_high_p99_ms"] = lanes["p99_ms"]
         out[f"{model}_high_p99_over_bound"] = _div(lanes["p99_ms"], bound)
-        out[f"{model}_low_over_solo"] = _div(lanes["extra"]["low_rps_while_high"], solo)
+        low = lanes["extra"]["low_rps_while_high"]
+        out[f"{model}_low_over_solo"] = _div(low, lanes["extra"]["low_rps_solo"])
+        out[f"{model}_low_over_throughput"] = _div(low, throughput.get("throughput_rps"))
         if fifo is not None:
             out[f"{model}_high_p99_single_lane_over_lanes"] = _div(fifo["p99_ms"], lanes["p99_ms"])
+    return out
+
+
+def _low_load(scenarios: dict[str, Any]) -> dict[str, float | None]:
+    """Per model: the p50 end to end over its bound, the worker's default ``max_wait``
+    + the ceiling's p50 forward pass at batch 1 + 15 ms."""
+    out: dict[str, float | None] = {}
+    for model, m in scenarios["low_load"].items():
+        one = scenarios["ceiling"].get(model, {}).get("by_batch", {}).get("1", {}).get("p50_ms")
+        bound = None if one is None else BatchConfig().max_wait_ms + one + LOW_LOAD_SLACK_MS
+        out[f"{model}_p50_bound_ms"] = bound
+        out[f"{model}_p50_over_bound"] = _div(m["p50_ms"], bound)
     return out
 
 

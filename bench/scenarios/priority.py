@@ -3,10 +3,14 @@
 Per backlog model (the plan's models: a digits backlog, then a minilm one), the same
 worker twice, on fresh brokers: with its lanes, and with ``--single-lane`` (one FIFO
 lane, the baseline). The backlog on the low topic keeps the worker busy; once its first
-result is out, `high` digits requests are sent at a fixed rate, each stamped with its
-send time. High latency is end to end: send -> result read from the results topic.
-The low lane's throughput is its results per second while the high requests flow
-(first high sent -> last high answered), to set beside the model's solo throughput.
+result is out, the low lane runs alone for half of ``priority_solo_s``, then `high`
+digits requests are sent at a fixed rate, each stamped with its send time, then the low
+lane runs alone again for the other half. High latency is end to end: send -> result
+read from the results topic. The low lane's throughput is its results per second while
+the high requests flow (first high sent -> last high answered), set beside its solo
+rate: the mean of the windows before and after, in the same worker (a drift of the rate
+over the run weighs on both sides alike), and beside the model's throughput scenario
+(another worker, minutes earlier).
 """
 
 from __future__ import annotations
@@ -85,14 +89,21 @@ def _low_rate(reader: ResultsReader, start_wall_s: float, end_wall_s: float) -> 
     return done / (end_wall_s - start_wall_s) if end_wall_s > start_wall_s else 0.0
 
 
+async def _alone(reader: ResultsReader, service: Service, seconds: float) -> float:
+    """The low lane's rate over the next ``seconds``, with nothing else sent."""
+    start = time.time()
+    await read_while_alive(reader, service, 2**62, timeout_s=seconds)  # n: never reached
+    return _low_rate(reader, start, time.time())
+
+
 def backlog_for(ctx: Context, model: str, rate_rps: float | None) -> int:
     """A low backlog that outlasts the high requests: the plan's size, or more when this
-    run measured the worker faster (1.5x its rate over the window plus start-up)."""
+    run measured the worker faster (1.5x its rate over both windows plus start-up)."""
     plan = ctx.plan
     base = plan.priority_low if model == MODEL else plan.backlog[model]
     if not rate_rps:
         return base
-    return max(base, int(1.5 * rate_rps * (plan.priority_s + 4)))
+    return max(base, int(1.5 * rate_rps * (plan.priority_solo_s + plan.priority_s + 4)))
 
 
 async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Measured:
@@ -113,6 +124,7 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
                     broker.bootstrap, TOPICS.low, workloads.records(model, low, prefix="bulk")
                 )
                 await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
+                before = await _alone(reader, service, plan.priority_solo_s / 2)
                 high_from = time.time()
                 sender = asyncio.create_task(
                     _send_high(broker.bootstrap, plan.priority_rate_hz, plan.priority_s)
@@ -120,6 +132,7 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
                 n_high = int(plan.priority_rate_hz * plan.priority_s)
                 await _read_high(reader, service, n_high, plan.priority_s + plan.timeout_s)
                 await sender
+                after = await _alone(reader, service, plan.priority_solo_s / 2)
                 assert service.rss is not None
                 peak = service.rss.peak_mb
         finally:
@@ -134,6 +147,9 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
     last_answer = max((sent + ms / 1000 for sent, ms, _, _ in series), default=high_from)
     extra_out: dict[str, Any] = {
         "backlog_model": model,
+        "low_rps_solo": (before + after) / 2,
+        "low_rps_before": before,
+        "low_rps_after": after,
         "low_rps_while_high": _low_rate(reader, high_from, last_answer),
         "high_requests": n_high,
         "high_answered": len(series),
@@ -153,7 +169,8 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
         f"({len(series)}/{n_high} answered; result produced p50 {produced.p50_ms:.1f} ms, "
         f"p99 {produced.p99_ms:.1f} ms; in the worker p50 {in_worker.p50_ms:.1f} ms, "
         f"p99 {in_worker.p99_ms:.1f} ms); low lane {extra_out['low_rps_while_high']:,.0f}/s "
-        f"while high flowed; saturated={extra_out['saturated']}"
+        f"while high flowed, {before:,.0f}/s alone before and {after:,.0f}/s after; "
+        f"saturated={extra_out['saturated']}"
     )
     return Measured(
         "priority",
