@@ -5,16 +5,17 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from bench.kafka_io import ResultsReader
+from bench.kafka_io import ResultsReader, create_topics
 from bench.plan import Plan
-from bench.procs import Service
+from bench.procs import Service, inferlane_command
+from worker.broker import embedded_broker
 
 # Latency bases, named in every result so that no two are compared by mistake.
 SERVER = "server: record received by the consumer -> result ready (latency_ms.total)"
@@ -87,6 +88,34 @@ async def read_while_alive(
             return
     if not reader.arrivals:
         raise TimeoutError(f"no results within {timeout_s:.0f}s (see {service.log})")
+
+
+def inferlane(
+    ctx: Context, database: Path, extra: tuple[str, ...] | None = None
+) -> Callable[[str], list[str]]:
+    """``inferlane run`` on a broker, with the run's torch threads and worker flags
+    (or ``extra`` instead of the flags)."""
+    flags = ctx.worker_args if extra is None else extra
+    return lambda bootstrap: inferlane_command(
+        bootstrap, database, torch_threads=ctx.torch_threads, extra=flags
+    )
+
+
+@contextlib.asynccontextmanager
+async def on_fresh_broker(
+    command: Callable[[str], list[str]], log: Path
+) -> AsyncIterator[tuple[str, ResultsReader, Service]]:
+    """A fresh embedded broker with the bench topics, a reader of its results topic,
+    and the system under test, ``command(bootstrap)``, as a subprocess logging to
+    ``log``: (bootstrap, reader, service). The reader's arrivals outlive the block."""
+    with embedded_broker() as broker:
+        await create_topics(broker.bootstrap)
+        reader = await ResultsReader(broker.bootstrap).start()
+        try:
+            with Service(command(broker.bootstrap), log) as service:
+                yield broker.bootstrap, reader, service
+        finally:
+            await reader.stop()
 
 
 @contextlib.contextmanager

@@ -18,11 +18,15 @@ import statistics
 import time
 
 from bench import workloads
-from bench.kafka_io import TOPICS, ResultsReader, create_topics, publish
-from bench.procs import Service, inferlane_command
-from bench.scenarios.common import Context, Measured, read_while_alive
+from bench.kafka_io import TOPICS, publish
+from bench.scenarios.common import (
+    Context,
+    Measured,
+    inferlane,
+    on_fresh_broker,
+    read_while_alive,
+)
 from bench.scenarios.priority import MODEL, _low_rate, _send_high
-from worker.broker import embedded_broker
 
 WARM_S = 8.0  # the first seconds after the first result: caches, curve, chunk sizes settle
 BACKLOG_RPS = 12_000  # more than this VM's digits rate: the backlog outlasts the windows
@@ -39,39 +43,27 @@ async def _windows(ctx: Context) -> tuple[list[float], list[float], list[float],
     off: list[float] = []
     on: list[float] = []
     cpu: list[float] = []
-    with embedded_broker() as broker:
-        await create_topics(broker.bootstrap)
-        reader = await ResultsReader(broker.bootstrap).start()
-        try:
-            cmd = inferlane_command(
-                broker.bootstrap, db, torch_threads=ctx.torch_threads, extra=ctx.worker_args
+    system = on_fresh_broker(inferlane(ctx, db), ctx.path("logs/high_cost.log"))
+    async with system as (bootstrap, reader, service):
+        await publish(bootstrap, TOPICS.low, workloads.records(MODEL, backlog, prefix="bulk"))
+        await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
+        await read_while_alive(reader, service, 2**62, timeout_s=WARM_S)
+        for i in range(2 * plan.high_cost_pairs):
+            with_high = i % 2 == 1
+            start, cpu_s = time.time(), service.cpu_s()
+            sender = (
+                asyncio.create_task(_send_high(bootstrap, rate_hz, window_s)) if with_high else None
             )
-            with Service(cmd, ctx.path("logs/high_cost.log")) as service:
-                await publish(
-                    broker.bootstrap, TOPICS.low, workloads.records(MODEL, backlog, prefix="bulk")
-                )
-                await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
-                await read_while_alive(reader, service, 2**62, timeout_s=WARM_S)
-                for i in range(2 * plan.high_cost_pairs):
-                    with_high = i % 2 == 1
-                    start, cpu_s = time.time(), service.cpu_s()
-                    sender = (
-                        asyncio.create_task(_send_high(broker.bootstrap, rate_hz, window_s))
-                        if with_high
-                        else None
-                    )
-                    await read_while_alive(reader, service, 2**62, timeout_s=window_s)
-                    if sender is not None:
-                        await sender
-                    end = time.time()
-                    (on if with_high else off).append(_low_rate(reader, start, end))
-                    cpu.append((service.cpu_s() - cpu_s) / (end - start))
-                if reader.count >= backlog:
-                    raise RuntimeError("the backlog ran out before the last window")
-                assert service.rss is not None
-                peak = service.rss.peak_mb
-        finally:
-            await reader.stop()
+            await read_while_alive(reader, service, 2**62, timeout_s=window_s)
+            if sender is not None:
+                await sender
+            end = time.time()
+            (on if with_high else off).append(_low_rate(reader, start, end))
+            cpu.append((service.cpu_s() - cpu_s) / (end - start))
+        if reader.count >= backlog:
+            raise RuntimeError("the backlog ran out before the last window")
+        assert service.rss is not None
+        peak = service.rss.peak_mb
     return off, on, cpu, peak
 
 

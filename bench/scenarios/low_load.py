@@ -14,11 +14,16 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from bench import workloads
-from bench.kafka_io import TOPICS, ResultsReader, create_topics
+from bench.kafka_io import TOPICS, ResultsReader
 from bench.measure import Latency
-from bench.procs import Service, inferlane_command
-from bench.scenarios.common import END_TO_END, Context, Measured, read_while_alive
-from worker.broker import embedded_broker
+from bench.scenarios.common import (
+    END_TO_END,
+    Context,
+    Measured,
+    inferlane,
+    on_fresh_broker,
+    read_while_alive,
+)
 
 
 async def _trickle(
@@ -51,61 +56,55 @@ async def measure(ctx: Context) -> list[Measured]:
     db = ctx.path("low-load.db")
     db.unlink(missing_ok=True)
     measured = []
-    with embedded_broker() as broker:
-        await create_topics(broker.bootstrap)
-        reader = await ResultsReader(broker.bootstrap).start()
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0)
+    system = on_fresh_broker(inferlane(ctx, db), ctx.path("logs/low-load.log"))
+    async with system as (bootstrap, reader, service):
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
         await producer.start()
         try:
-            cmd = inferlane_command(
-                broker.bootstrap, db, torch_threads=ctx.torch_threads, extra=ctx.worker_args
-            )
-            with Service(cmd, ctx.path("logs/low-load.log")) as service:
-                for i, model in enumerate(plan.models):  # warm-up: join, load each model
-                    await _trickle(producer, model, f"warm-{model}", 1, 1)
-                    await read_while_alive(reader, service, i + 1, timeout_s=plan.timeout_s)
-                for model in plan.models:
-                    rate, prefix = plan.low_load_rate_hz[model], f"trickle-{model}"
-                    started, before = time.monotonic(), reader.count
-                    n = max(1, int(rate * plan.low_load_s))
-                    # Read while sending: a result must be timed when it arrives.
-                    sending = asyncio.create_task(
-                        _trickle(producer, model, prefix, rate, plan.low_load_s)
+            for i, model in enumerate(plan.models):  # warm-up: join, load each model
+                await _trickle(producer, model, f"warm-{model}", 1, 1)
+                await read_while_alive(reader, service, i + 1, timeout_s=plan.timeout_s)
+            for model in plan.models:
+                rate, prefix = plan.low_load_rate_hz[model], f"trickle-{model}"
+                started, before = time.monotonic(), reader.count
+                n = max(1, int(rate * plan.low_load_s))
+                # Read while sending: a result must be timed when it arrives.
+                sending = asyncio.create_task(
+                    _trickle(producer, model, prefix, rate, plan.low_load_s)
+                )
+                await read_while_alive(
+                    reader, service, before + n, timeout_s=plan.low_load_s + plan.timeout_s
+                )
+                await sending
+                e2e, server = _latencies(reader, prefix)
+                lat, in_worker = Latency.of(e2e), Latency.of(server)
+                assert service.rss is not None
+                measured.append(
+                    Measured(
+                        "low_load",
+                        model,
+                        "inferlane",
+                        n / (time.monotonic() - started),
+                        lat.p50_ms,
+                        lat.p99_ms,
+                        service.rss.peak_mb,
+                        lat.samples,
+                        time.monotonic() - started,
+                        END_TO_END,
+                        {
+                            "rate_hz": rate,
+                            "server_p50_ms": in_worker.p50_ms,
+                            "server_p99_ms": in_worker.p99_ms,
+                        },
                     )
-                    await read_while_alive(
-                        reader, service, before + n, timeout_s=plan.low_load_s + plan.timeout_s
-                    )
-                    await sending
-                    e2e, server = _latencies(reader, prefix)
-                    lat, in_worker = Latency.of(e2e), Latency.of(server)
-                    assert service.rss is not None
-                    measured.append(
-                        Measured(
-                            "low_load",
-                            model,
-                            "inferlane",
-                            n / (time.monotonic() - started),
-                            lat.p50_ms,
-                            lat.p99_ms,
-                            service.rss.peak_mb,
-                            lat.samples,
-                            time.monotonic() - started,
-                            END_TO_END,
-                            {
-                                "rate_hz": rate,
-                                "server_p50_ms": in_worker.p50_ms,
-                                "server_p99_ms": in_worker.p99_ms,
-                            },
-                        )
-                    )
-                    ctx.say(
-                        f"  low load {model} at {rate:g}/s: p50 {lat.p50_ms:.1f} ms, "
-                        f"p99 {lat.p99_ms:.1f} ms ({lat.samples} requests); in the "
-                        f"worker p50 {in_worker.p50_ms:.1f} ms, p99 {in_worker.p99_ms:.1f}"
-                    )
+                )
+                ctx.say(
+                    f"  low load {model} at {rate:g}/s: p50 {lat.p50_ms:.1f} ms, "
+                    f"p99 {lat.p99_ms:.1f} ms ({lat.samples} requests); in the "
+                    f"worker p50 {in_worker.p50_ms:.1f} ms, p99 {in_worker.p99_ms:.1f}"
+                )
         finally:
             await producer.stop()
-            await reader.stop()
     return measured
 
 

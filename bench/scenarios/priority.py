@@ -23,11 +23,17 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from bench import workloads
-from bench.kafka_io import TOPICS, ResultsReader, create_topics, publish
+from bench.kafka_io import TOPICS, ResultsReader, publish
 from bench.measure import Latency, window_rate
-from bench.procs import Service, inferlane_command
-from bench.scenarios.common import END_TO_END, Context, Measured, read_while_alive
-from worker.broker import embedded_broker
+from bench.procs import Service
+from bench.scenarios.common import (
+    END_TO_END,
+    Context,
+    Measured,
+    inferlane,
+    on_fresh_broker,
+    read_while_alive,
+)
 
 MODEL = "digits"  # the high requests' model
 HIGH = "HIPRI"  # request id prefix of the high requests; absent from every other id
@@ -112,31 +118,19 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
     db = ctx.path(f"priority-{model}-{system}.db")
     db.unlink(missing_ok=True)
     extra = (*ctx.worker_args, "--single-lane") if single_lane else ctx.worker_args
-    with embedded_broker() as broker:
-        await create_topics(broker.bootstrap)
-        reader = await ResultsReader(broker.bootstrap).start()
-        try:
-            cmd = inferlane_command(
-                broker.bootstrap, db, torch_threads=ctx.torch_threads, extra=extra
-            )
-            with Service(cmd, ctx.path(f"logs/priority-{model}-{system}.log")) as service:
-                await publish(
-                    broker.bootstrap, TOPICS.low, workloads.records(model, low, prefix="bulk")
-                )
-                await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
-                before = await _alone(reader, service, plan.priority_solo_s / 2)
-                high_from = time.time()
-                sender = asyncio.create_task(
-                    _send_high(broker.bootstrap, plan.priority_rate_hz, plan.priority_s)
-                )
-                n_high = int(plan.priority_rate_hz * plan.priority_s)
-                await _read_high(reader, service, n_high, plan.priority_s + plan.timeout_s)
-                await sender
-                after = await _alone(reader, service, plan.priority_solo_s / 2)
-                assert service.rss is not None
-                peak = service.rss.peak_mb
-        finally:
-            await reader.stop()
+    log = ctx.path(f"logs/priority-{model}-{system}.log")
+    async with on_fresh_broker(inferlane(ctx, db, extra), log) as (bootstrap, reader, service):
+        await publish(bootstrap, TOPICS.low, workloads.records(model, low, prefix="bulk"))
+        await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
+        before = await _alone(reader, service, plan.priority_solo_s / 2)
+        high_from = time.time()
+        sender = asyncio.create_task(_send_high(bootstrap, plan.priority_rate_hz, plan.priority_s))
+        n_high = int(plan.priority_rate_hz * plan.priority_s)
+        await _read_high(reader, service, n_high, plan.priority_s + plan.timeout_s)
+        await sender
+        after = await _alone(reader, service, plan.priority_solo_s / 2)
+        assert service.rss is not None
+        peak = service.rss.peak_mb
     series = _high_latencies(reader)
     lat = Latency.of([ms for _, ms, _, _ in series])
     in_worker = Latency.of([ms for _, _, ms, _ in series])

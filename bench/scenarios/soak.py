@@ -10,12 +10,18 @@ from __future__ import annotations
 import asyncio
 
 from bench import workloads
-from bench.kafka_io import TOPICS, ResultsReader, create_topics, publish
+from bench.kafka_io import TOPICS, publish
 from bench.measure import Latency, window_rate
-from bench.procs import Service, inferlane_command
-from bench.scenarios.common import SERVER, Context, Measured, parse, read_while_alive
+from bench.scenarios.common import (
+    SERVER,
+    Context,
+    Measured,
+    inferlane,
+    on_fresh_broker,
+    parse,
+    read_while_alive,
+)
 from bench.scenarios.common import server_latencies as latencies
-from worker.broker import embedded_broker
 
 MODEL = "digits"
 WARM_UP_SHARE = 0.25
@@ -25,22 +31,12 @@ async def measure(ctx: Context) -> Measured:
     n = ctx.plan.soak_requests
     db = ctx.path("soak.db")
     db.unlink(missing_ok=True)
-    with embedded_broker() as broker:
-        await create_topics(broker.bootstrap)
-        reader = await ResultsReader(broker.bootstrap).start()
-        try:
-            cmd = inferlane_command(
-                broker.bootstrap, db, torch_threads=ctx.torch_threads, extra=ctx.worker_args
-            )
-            with Service(cmd, ctx.path("logs/soak.log")) as service:
-                await publish(
-                    broker.bootstrap, TOPICS.normal, workloads.records(MODEL, n, prefix="soak")
-                )
-                await read_while_alive(reader, service, n, timeout_s=ctx.plan.timeout_s)
-                rss = service.rss
-                assert rss is not None
-        finally:
-            await reader.stop()
+    system = on_fresh_broker(inferlane(ctx, db), ctx.path("logs/soak.log"))
+    async with system as (bootstrap, reader, service):
+        await publish(bootstrap, TOPICS.normal, workloads.records(MODEL, n, prefix="soak"))
+        await read_while_alive(reader, service, n, timeout_s=ctx.plan.timeout_s)
+        rss = service.rss
+        assert rss is not None
     arrivals = [a for a in reader.arrivals if a.values]
     seen, warm_at = 0, arrivals[-1].mono_s
     for a in arrivals:

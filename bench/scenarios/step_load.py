@@ -22,11 +22,18 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import workloads
-from bench.kafka_io import TOPICS, ResultsReader, create_topics, producer
+from bench.kafka_io import TOPICS, ResultsReader, producer
 from bench.measure import Latency
-from bench.procs import Service, inferlane_command
-from bench.scenarios.common import SERVER, Context, Measured, read_while_alive, worker_env
-from worker.broker import embedded_broker, free_port
+from bench.scenarios.common import (
+    SERVER,
+    Context,
+    Measured,
+    inferlane,
+    on_fresh_broker,
+    read_while_alive,
+    worker_env,
+)
+from worker.broker import free_port
 
 POLICIES = ("adaptive", "naive")
 # Fixed caps run beside them: adaptive's saturated throughput is judged against the best.
@@ -161,36 +168,30 @@ async def measure(ctx: Context, model: str, policy: str) -> Measured:
     kind, _, size = policy.partition("-")
     if size:
         extra = (*extra, "--max-batch", size)
-    with embedded_broker() as broker, worker_env(INFERLANE_SCHEDULING__POLICY=kind):
-        await create_topics(broker.bootstrap)
-        reader = await ResultsReader(broker.bootstrap).start()
-        try:
-            cmd = inferlane_command(
-                broker.bootstrap, db, torch_threads=ctx.torch_threads, extra=extra
-            )
-            with Service(cmd, ctx.path(f"logs/step_load-{model}-{policy}.log")) as service:
-                prod = producer(broker.bootstrap)
-                await prod.start()
-                key, value = _record(model, 0, prefix="warm")
-                await prod.send_and_wait(TOPICS.normal, value, key=key)
-                await prod.stop()
-                await read_while_alive(reader, service, 1, timeout_s=ctx.plan.timeout_s)
-                t0, stop = time.monotonic(), asyncio.Event()
-                samples: list[tuple[float, float | None, float | None]] = []
-                tasks = [
-                    asyncio.create_task(_sampler(port, model, t0, stop, samples)),
-                    asyncio.create_task(_reader_loop(reader, stop)),
-                ]
-                try:
-                    await _load(broker.bootstrap, model, reader, phases, t0, reader.count)
-                finally:
-                    stop.set()
-                    await asyncio.gather(*tasks)
-                service.check_alive()
-                assert service.rss is not None
-                peak = service.rss.peak_mb
-        finally:
-            await reader.stop()
+    log = ctx.path(f"logs/step_load-{model}-{policy}.log")
+    system = on_fresh_broker(inferlane(ctx, db, extra), log)
+    with worker_env(INFERLANE_SCHEDULING__POLICY=kind):  # the worker reads it at start
+        async with system as (bootstrap, reader, service):
+            prod = producer(bootstrap)
+            await prod.start()
+            key, value = _record(model, 0, prefix="warm")
+            await prod.send_and_wait(TOPICS.normal, value, key=key)
+            await prod.stop()
+            await read_while_alive(reader, service, 1, timeout_s=ctx.plan.timeout_s)
+            t0, stop = time.monotonic(), asyncio.Event()
+            samples: list[tuple[float, float | None, float | None]] = []
+            tasks = [
+                asyncio.create_task(_sampler(port, model, t0, stop, samples)),
+                asyncio.create_task(_reader_loop(reader, stop)),
+            ]
+            try:
+                await _load(bootstrap, model, reader, phases, t0, reader.count)
+            finally:
+                stop.set()
+                await asyncio.gather(*tasks)
+            service.check_alive()
+            assert service.rss is not None
+            peak = service.rss.peak_mb
     total_s = sum(phases)
     bins = _bins(reader, t0, total_s)
     settled = _settled(samples, bins, phases)

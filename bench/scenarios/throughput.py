@@ -12,12 +12,18 @@ from __future__ import annotations
 import asyncio
 
 from bench import profile, workloads
-from bench.kafka_io import TOPICS, ResultsReader, create_topics, publish
+from bench.kafka_io import TOPICS, publish
 from bench.measure import Latency, window_rate
-from bench.procs import Service, baseline_command, inferlane_command
-from bench.scenarios.common import SERVER, Context, Measured, parse, read_while_alive
+from bench.procs import baseline_command, inferlane_command
+from bench.scenarios.common import (
+    SERVER,
+    Context,
+    Measured,
+    on_fresh_broker,
+    parse,
+    read_while_alive,
+)
 from bench.scenarios.common import server_latencies as latencies
-from worker.broker import embedded_broker
 
 
 def command(ctx: Context, system: str, bootstrap: str, model: str, tag: str) -> list[str]:
@@ -33,35 +39,25 @@ def command(ctx: Context, system: str, bootstrap: str, model: str, tag: str) -> 
 async def measure(ctx: Context, model: str, system: str) -> Measured:
     plan, tag = ctx.plan, f"{model}-{system}"
     n = plan.backlog[model]
-    with embedded_broker() as broker:
-        await create_topics(broker.bootstrap)
-        reader = await ResultsReader(broker.bootstrap).start()
-        try:
-            cmd = command(ctx, system, broker.bootstrap, model, tag)
-            with Service(cmd, ctx.path(f"logs/{tag}.log")) as service:
-                await publish(
-                    broker.bootstrap, TOPICS.normal, workloads.records(model, n, prefix=tag)
-                )
-                spy = None
-                await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
-                cpu_s, done = service.cpu_s(), reader.count  # the counted window starts
-                if ctx.profile and system == "inferlane":
-                    spy = profile.start(
-                        service.pid, plan.run_s - 0.5, ctx.path(f"profile-{tag}.txt")
-                    )
-                await read_while_alive(
-                    reader, service, n, timeout_s=plan.timeout_s, run_s=plan.run_s
-                )
-                cpu_s, done = service.cpu_s() - cpu_s, reader.count - done
-                if spy is not None:
-                    spy.wait(timeout=30)
-                    summary = profile.top(ctx.path(f"profile-{tag}.txt"))
-                    ctx.path(f"profile-{tag}-top.txt").write_text(summary)
-                    ctx.say(f"  profile: {ctx.path(f'profile-{tag}-top.txt')}")
-                assert service.rss is not None
-                peak = service.rss.peak_mb
-        finally:
-            await reader.stop()
+    under_test = on_fresh_broker(
+        lambda bootstrap: command(ctx, system, bootstrap, model, tag), ctx.path(f"logs/{tag}.log")
+    )
+    async with under_test as (bootstrap, reader, service):
+        await publish(bootstrap, TOPICS.normal, workloads.records(model, n, prefix=tag))
+        spy = None
+        await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
+        cpu_s, done = service.cpu_s(), reader.count  # the counted window starts
+        if ctx.profile and system == "inferlane":
+            spy = profile.start(service.pid, plan.run_s - 0.5, ctx.path(f"profile-{tag}.txt"))
+        await read_while_alive(reader, service, n, timeout_s=plan.timeout_s, run_s=plan.run_s)
+        cpu_s, done = service.cpu_s() - cpu_s, reader.count - done
+        if spy is not None:
+            spy.wait(timeout=30)
+            summary = profile.top(ctx.path(f"profile-{tag}.txt"))
+            ctx.path(f"profile-{tag}-top.txt").write_text(summary)
+            ctx.say(f"  profile: {ctx.path(f'profile-{tag}-top.txt')}")
+        assert service.rss is not None
+        peak = service.rss.peak_mb
     rate, counted, seconds = window_rate(reader.arrivals)
     lat = Latency.of(latencies(parse(reader.values())))
     ctx.say(
