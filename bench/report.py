@@ -26,7 +26,7 @@ TARGETS: tuple[tuple[str, str, float], ...] = (
     ("soak.rss_growth_after_warm_up", "<", 0.05),
     # Issue 7: a high request under a saturating low backlog stays within 2x its unloaded
     # p99 + 50 ms (bound = 1), while the backlog keeps >= 90% of its solo throughput (the
-    # same worker's low lane alone just before the high requests).
+    # same worker's low lane alone, just before and just after the high requests).
     ("priority.digits_high_p99_over_bound", "<=", 1.0),
     ("priority.digits_low_over_solo", ">=", 0.9),
     ("priority.minilm_high_p99_over_bound", "<=", 1.0),
@@ -122,7 +122,7 @@ def ratios(scenarios: dict[str, Any]) -> dict[str, dict[str, float | None]]:
 def _priority(scenarios: dict[str, Any]) -> dict[str, float | None]:
     """Per backlog model: lanes against one FIFO lane; the lanes' high p99 over its bound
     (2x the unloaded digits p99 of the low-load scenario + 50 ms); the low lane's rate
-    while high requests flowed over its rate alone just before, in the same worker, and
+    while high requests flowed over its rate alone before and after, in the same worker, and
     over the model's inferlane throughput scenario (another worker, run earlier)."""
     unloaded = scenarios["low_load"].get("digits", {}).get("p99_ms")
     bound = None if unloaded is None else UNLOADED_P99_FACTOR * unloaded + UNLOADED_P99_SLACK_MS

@@ -26,7 +26,7 @@ from bench.scenarios.common import (
     on_fresh_broker,
     read_while_alive,
 )
-from bench.scenarios.priority import MODEL, _low_rate, _send_high
+from bench.scenarios.priority import MODEL, low_rate, send_high
 
 WARM_S = 8.0  # the first seconds after the first result: caches, curve, chunk sizes settle
 BACKLOG_RPS = 12_000  # more than this VM's digits rate: the backlog outlasts the windows
@@ -52,13 +52,13 @@ async def _windows(ctx: Context) -> tuple[list[float], list[float], list[float],
             with_high = i % 2 == 1
             start, cpu_s = time.time(), service.cpu_s()
             sender = (
-                asyncio.create_task(_send_high(bootstrap, rate_hz, window_s)) if with_high else None
+                asyncio.create_task(send_high(bootstrap, rate_hz, window_s)) if with_high else None
             )
             await read_while_alive(reader, service, 2**62, timeout_s=window_s)
             if sender is not None:
                 await sender
             end = time.time()
-            (on if with_high else off).append(_low_rate(reader, start, end))
+            (on if with_high else off).append(low_rate(reader, start, end))
             cpu.append((service.cpu_s() - cpu_s) / (end - start))
         if reader.count >= backlog:
             raise RuntimeError("the backlog ran out before the last window")

@@ -39,7 +39,7 @@ MODEL = "digits"  # the high requests' model
 HIGH = "HIPRI"  # request id prefix of the high requests; absent from every other id
 
 
-async def _send_high(bootstrap: str, rate_hz: float, seconds: float) -> int:
+async def send_high(bootstrap: str, rate_hz: float, seconds: float) -> int:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
     await producer.start()
     try:
@@ -84,7 +84,7 @@ def _high_latencies(reader: ResultsReader) -> list[tuple[float, float, float, fl
     return sorted(seen.values())
 
 
-def _low_rate(reader: ResultsReader, start_wall_s: float, end_wall_s: float) -> float:
+def low_rate(reader: ResultsReader, start_wall_s: float, end_wall_s: float) -> float:
     """Backlog results per second that arrived between the two wall-clock times."""
     marker = HIGH.encode() + b"-"
     done = sum(
@@ -99,7 +99,7 @@ async def _alone(reader: ResultsReader, service: Service, seconds: float) -> flo
     """The low lane's rate over the next ``seconds``, with nothing else sent."""
     start = time.time()
     await read_while_alive(reader, service, 2**62, timeout_s=seconds)  # n: never reached
-    return _low_rate(reader, start, time.time())
+    return low_rate(reader, start, time.time())
 
 
 def backlog_for(ctx: Context, model: str, rate_rps: float | None) -> int:
@@ -124,7 +124,7 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
         await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
         before = await _alone(reader, service, plan.priority_solo_s / 2)
         high_from = time.time()
-        sender = asyncio.create_task(_send_high(bootstrap, plan.priority_rate_hz, plan.priority_s))
+        sender = asyncio.create_task(send_high(bootstrap, plan.priority_rate_hz, plan.priority_s))
         n_high = int(plan.priority_rate_hz * plan.priority_s)
         await _read_high(reader, service, n_high, plan.priority_s + plan.timeout_s)
         await sender
@@ -144,7 +144,7 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
         "low_rps_solo": (before + after) / 2,
         "low_rps_before": before,
         "low_rps_after": after,
-        "low_rps_while_high": _low_rate(reader, high_from, last_answer),
+        "low_rps_while_high": low_rate(reader, high_from, last_answer),
         "high_requests": n_high,
         "high_answered": len(series),
         "high_rate_hz": plan.priority_rate_hz,
