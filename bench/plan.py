@@ -24,6 +24,7 @@ class Plan:
     high_cost_pairs: int  # windows without, then with high requests (--only high_cost)
     high_cost_window_s: float
     high_cost_rate_hz: float
+    step_pairs: int  # adaptive/fixed pairs per fixed size in the step load (--only step_load)
     systems: tuple[str, ...] = ("naive", "threadpool", "inferlane")
     # Scenarios run when ``--only`` is not given.
     default_scenarios: tuple[str, ...] = (
@@ -56,6 +57,7 @@ SMOKE = Plan(
     high_cost_pairs=1,
     high_cost_window_s=1.0,
     high_cost_rate_hz=100,
+    step_pairs=1,
     timeout_s=60.0,
     # Seconds, for CI: one of each kind of Kafka system (each start costs ~6 s).
     default_scenarios=("ceiling", "naive", "threadpool", "inferlane"),
@@ -80,6 +82,7 @@ QUICK = Plan(
     high_cost_pairs=2,
     high_cost_window_s=3.0,
     high_cost_rate_hz=100,
+    step_pairs=1,
     timeout_s=60.0,
 )
 
@@ -104,6 +107,7 @@ FULL = Plan(
     high_cost_pairs=4,
     high_cost_window_s=5.0,
     high_cost_rate_hz=100,
+    step_pairs=2,
     timeout_s=600.0,
 )
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import statistics
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,6 +52,18 @@ class Measured:
     window_s: float
     latency_basis: str
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def median_run(runs: list[Measured], system: str, **extra: object) -> Measured:
+    """Runs of one configuration as one result: the median throughput under ``system``,
+    every run's rate in ``extra["runs_rps"]``, and ``extra`` added."""
+    first = runs[0]
+    return dataclasses.replace(
+        first,
+        system=system,
+        throughput_rps=statistics.median(m.throughput_rps for m in runs),
+        extra={**first.extra, "runs_rps": [round(m.throughput_rps, 1) for m in runs], **extra},
+    )
 
 
 def parse(values: list[bytes]) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ import statistics
 import urllib.request
 
 from bench.scenarios import throughput
-from bench.scenarios.common import Context, Measured, worker_env
+from bench.scenarios.common import Context, Measured, median_run, worker_env
 from worker.broker import free_port
 
 MODEL = "digits"
@@ -67,16 +67,6 @@ async def _one(ctx: Context, feature: str, on: bool) -> Measured:
     return measured
 
 
-def _median(runs: list[Measured], system: str, **extra: object) -> Measured:
-    first = runs[0]
-    return dataclasses.replace(
-        first,
-        system=system,
-        throughput_rps=statistics.median(m.throughput_rps for m in runs),
-        extra={**first.extra, "runs_rps": [round(m.throughput_rps, 1) for m in runs], **extra},
-    )
-
-
 def run(ctx: Context, feature: str) -> list[Measured]:
     off: list[Measured] = []
     on: list[Measured] = []
@@ -94,8 +84,8 @@ def run(ctx: Context, feature: str) -> list[Measured]:
         f"CPU per request on over off: median {_fmt(cpu)}"
     )
     return [
-        _median(off, f"inferlane-{feature}-off"),
-        _median(
+        median_run(off, f"inferlane-{feature}-off"),
+        median_run(
             on,
             f"inferlane-{feature}-on",
             pair_ratios=[round(r, 4) for r in ratios],
