@@ -107,7 +107,7 @@ FULL = Plan(
     high_cost_pairs=4,
     high_cost_window_s=5.0,
     high_cost_rate_hz=100,
-    step_pairs=2,
+    step_pairs=3,
     timeout_s=600.0,
 )
 

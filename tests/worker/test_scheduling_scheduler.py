@@ -15,14 +15,19 @@ from worker.scheduling.controller import START_CAP
 from worker.scheduling.scheduler import Scheduler
 
 
-def make(registry: ModelRegistry, now: list[float], **config: object) -> tuple[Scheduler, Lanes]:
+def make(
+    registry: ModelRegistry,
+    now: list[float],
+    metrics: CollectorRegistry | None = None,
+    **config: object,
+) -> tuple[Scheduler, Lanes]:
     lanes = Lanes(capacity=100_000)
     scheduler = Scheduler(
         SchedulingConfig.model_validate(config),
         registry,
         lanes,
         max_batch=256,
-        metrics=CollectorRegistry(),
+        metrics=metrics or CollectorRegistry(),
         clock=lambda: now[0],
     )
     return scheduler, lanes
@@ -53,8 +58,9 @@ def test_a_backlogged_busy_device_does_not_walk_the_cap_down(
     demo_registry: ModelRegistry,
 ) -> None:
     now = [0.0]
-    adaptive, lanes = make(demo_registry, now, policy="adaptive")
-    naive, naive_lanes = make(demo_registry, now, policy="naive")
+    metrics = {"adaptive": CollectorRegistry(), "naive": CollectorRegistry()}
+    adaptive, lanes = make(demo_registry, now, metrics["adaptive"], policy="adaptive")
+    naive, naive_lanes = make(demo_registry, now, metrics["naive"], policy="naive")
     for queue in (lanes, naive_lanes):
         for _ in range(10_000):
             queue.push(pending("digits"))
@@ -66,6 +72,19 @@ def test_a_backlogged_busy_device_does_not_walk_the_cap_down(
         now[0] += 0.150
     assert naive.limit("digits", Priority.NORMAL) == 1
     assert adaptive.limit("digits", Priority.NORMAL) >= START_CAP
+    # Each tick's reason is counted: the naive rule shrank on "busy", adaptive never did.
+    reasons = {
+        policy: {
+            s.labels["reason"]: s.value
+            for family in registry.collect()
+            for s in family.samples
+            if s.name == "inferlane_batch_cap_decisions_total"
+        }
+        for policy, registry in metrics.items()
+    }
+    assert reasons["naive"].get("busy", 0) > 0
+    assert "busy" not in reasons["adaptive"]
+    assert sum(reasons["adaptive"].values()) == sum(reasons["naive"].values()) > 0
 
 
 def test_each_lane_is_cut_to_its_own_latency_target_from_the_curve(

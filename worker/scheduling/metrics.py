@@ -21,6 +21,13 @@ class SchedulingMetrics:
             ["model"],
             registry=r,
         )
+        self.decisions = Counter(
+            "inferlane_batch_cap_decisions",
+            "Controller decisions by reason (explore, back, best, settled, drift, latency, "
+            "headroom, busy, ...), per model",
+            ["model", "reason"],
+            registry=r,
+        )
         self.utilization = Gauge(
             "inferlane_utilization_ratio",
             "Device utilization (0-1) at the model's last controller decision: NVML on "

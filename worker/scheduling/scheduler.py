@@ -152,6 +152,7 @@ class Scheduler:
             obs = Observation(now_s, utilization, self._lanes.count(name), self._batches[name])
             decision = controller.decide(obs, self._curves[name])
             self._metrics.cap.labels(name).set(decision.cap)
+            self._metrics.decisions.labels(name, decision.reason).inc()
             if utilization is not None:
                 self._metrics.utilization.labels(name).set(utilization)
         self._batches.clear()
