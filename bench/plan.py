@@ -16,6 +16,7 @@ class Plan:
     priority_low: int  # saturating `low` backlog (digits)
     priority_rate_hz: float  # sparse `high` requests
     priority_s: float
+    priority_warm_s: float  # the backlog runs unmeasured first (the batch cap climbs)
     priority_solo_s: float  # the low lane alone, half before and half after the high requests
     low_load_rate_hz: dict[str, float]
     low_load_s: float
@@ -49,6 +50,7 @@ SMOKE = Plan(
     priority_low=2000,
     priority_rate_hz=10,
     priority_s=1.0,
+    priority_warm_s=1.0,
     priority_solo_s=1.0,
     low_load_rate_hz={"digits": 10},
     low_load_s=1.0,
@@ -74,6 +76,7 @@ QUICK = Plan(
     priority_low=25_000,
     priority_rate_hz=20,
     priority_s=3.0,
+    priority_warm_s=5.0,
     priority_solo_s=3.0,
     low_load_rate_hz={"digits": 20, "minilm": 5},
     low_load_s=3.0,
@@ -99,6 +102,7 @@ FULL = Plan(
     priority_low=200_000,
     priority_rate_hz=20,
     priority_s=20.0,
+    priority_warm_s=20.0,
     priority_solo_s=10.0,
     low_load_rate_hz={"digits": 20, "minilm": 5},
     low_load_s=20.0,

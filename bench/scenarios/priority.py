@@ -3,7 +3,9 @@
 Per backlog model (the plan's models: a digits backlog, then a minilm one), the same
 worker twice, on fresh brokers: with its lanes, and with ``--single-lane`` (one FIFO
 lane, the baseline). The backlog on the low topic keeps the worker busy; once its first
-result is out, the low lane runs alone for half of ``priority_solo_s``, then `high`
+result is out, the worker runs ``priority_warm_s`` unmeasured (its batch controller
+climbs from its start cap there), then the low lane runs alone for half of
+``priority_solo_s``, then `high`
 digits requests are sent at a fixed rate, each stamped with its send time, then the low
 lane runs alone again for the other half. High latency is end to end: send -> result
 read from the results topic. The low lane's throughput is its results per second while
@@ -104,12 +106,14 @@ async def _alone(reader: ResultsReader, service: Service, seconds: float) -> flo
 
 def backlog_for(ctx: Context, model: str, rate_rps: float | None) -> int:
     """A low backlog that outlasts the high requests: the plan's size, or more when this
-    run measured the worker faster (1.5x its rate over both windows plus start-up)."""
+    run measured the worker faster (1.5x its rate over the warm-up, both windows and
+    start-up)."""
     plan = ctx.plan
     base = plan.priority_low if model == MODEL else plan.backlog[model]
     if not rate_rps:
         return base
-    return max(base, int(1.5 * rate_rps * (plan.priority_solo_s + plan.priority_s + 4)))
+    seconds = plan.priority_warm_s + plan.priority_solo_s + plan.priority_s + 4
+    return max(base, int(1.5 * rate_rps * seconds))
 
 
 async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Measured:
@@ -122,6 +126,7 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
     async with on_fresh_broker(inferlane(ctx, db, extra), log) as (bootstrap, reader, service):
         await publish(bootstrap, TOPICS.low, workloads.records(model, low, prefix="bulk"))
         await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
+        await _alone(reader, service, plan.priority_warm_s)
         before = await _alone(reader, service, plan.priority_solo_s / 2)
         high_from = time.time()
         sender = asyncio.create_task(send_high(bootstrap, plan.priority_rate_hz, plan.priority_s))
