@@ -104,6 +104,12 @@ async def read_while_alive(
         raise TimeoutError(f"no results within {timeout_s:.0f}s (see {service.log})")
 
 
+async def read_for(reader: ResultsReader, service: Service, seconds: float) -> None:
+    """Read results for ``seconds`` (no count to wait for), failing fast if the service
+    dies."""
+    await read_while_alive(reader, service, 2**62, timeout_s=seconds)
+
+
 def inferlane(
     ctx: Context, database: Path, extra: tuple[str, ...] | None = None
 ) -> Callable[[str], list[str]]:

@@ -24,6 +24,7 @@ from bench.scenarios.common import (
     Measured,
     inferlane,
     on_fresh_broker,
+    read_for,
     read_while_alive,
 )
 from bench.scenarios.priority import MODEL, low_rate, send_high
@@ -47,14 +48,14 @@ async def _windows(ctx: Context) -> tuple[list[float], list[float], list[float],
     async with system as (bootstrap, reader, service):
         await publish(bootstrap, TOPICS.low, workloads.records(MODEL, backlog, prefix="bulk"))
         await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
-        await read_while_alive(reader, service, 2**62, timeout_s=WARM_S)
+        await read_for(reader, service, WARM_S)
         for i in range(2 * plan.high_cost_pairs):
             with_high = i % 2 == 1
             start, cpu_s = time.time(), service.cpu_s()
             sender = (
                 asyncio.create_task(send_high(bootstrap, rate_hz, window_s)) if with_high else None
             )
-            await read_while_alive(reader, service, 2**62, timeout_s=window_s)
+            await read_for(reader, service, window_s)
             if sender is not None:
                 await sender
             end = time.time()

@@ -34,6 +34,7 @@ from bench.scenarios.common import (
     Measured,
     inferlane,
     on_fresh_broker,
+    read_for,
     read_while_alive,
 )
 
@@ -100,7 +101,7 @@ def low_rate(reader: ResultsReader, start_wall_s: float, end_wall_s: float) -> f
 async def _alone(reader: ResultsReader, service: Service, seconds: float) -> float:
     """The low lane's rate over the next ``seconds``, with nothing else sent."""
     start = time.time()
-    await read_while_alive(reader, service, 2**62, timeout_s=seconds)  # n: never reached
+    await read_for(reader, service, seconds)
     return low_rate(reader, start, time.time())
 
 
@@ -126,7 +127,7 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
     async with on_fresh_broker(inferlane(ctx, db, extra), log) as (bootstrap, reader, service):
         await publish(bootstrap, TOPICS.low, workloads.records(model, low, prefix="bulk"))
         await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
-        await _alone(reader, service, plan.priority_warm_s)
+        await read_for(reader, service, plan.priority_warm_s)
         before = await _alone(reader, service, plan.priority_solo_s / 2)
         high_from = time.time()
         sender = asyncio.create_task(send_high(bootstrap, plan.priority_rate_hz, plan.priority_s))
