@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import platform
 import shlex
@@ -11,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -29,6 +30,9 @@ from bench.scenarios import (
 )
 from bench.scenarios.common import Context, Measured
 from worker.gc_schedule import without_full_passes
+
+if TYPE_CHECKING:
+    from worker.models import ModelRegistry
 
 SCENARIOS = (
     "ceiling",
@@ -108,15 +112,45 @@ def _load_avg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def _ceilings(ctx: Context) -> dict[str, dict[str, Any]]:
+@functools.cache
+def _registry(torch_threads: int) -> ModelRegistry:
+    """The demo models, loaded in the harness process for the ceiling."""
     import torch
 
     from worker.models import ModelRegistry
     from worker.models.demo import ensure_demo_models
 
-    torch.set_num_threads(ctx.torch_threads)
-    registry = ModelRegistry.from_toml(ensure_demo_models())
+    torch.set_num_threads(torch_threads)
+    return ModelRegistry.from_toml(ensure_demo_models())
+
+
+def _ceilings(ctx: Context) -> dict[str, dict[str, Any]]:
+    registry = _registry(ctx.torch_threads)
     return {model: ceiling.measure(ctx, registry, model) for model in ctx.plan.models}
+
+
+def _beside_ceiling(
+    ctx: Context, ceilings: dict[str, dict[str, Any]], model: str
+) -> Callable[[], Measured]:
+    """inferlane's throughput run with the ceiling's best batch timed again just before
+    and just after it (``extra["ceiling_beside_rps"]``: their mean)."""
+
+    def step() -> Measured:
+        registry, best = _registry(ctx.torch_threads), ceilings[model]["best_batch"]
+        before = ceiling.again(ctx, registry, model, best)
+        measured = throughput.run(ctx, model, "inferlane")
+        after = ceiling.again(ctx, registry, model, best)
+        ctx.say(
+            f"  ceiling {model} batch {best} again: {before:,.0f}/s before, {after:,.0f}/s after"
+        )
+        measured.extra.update(
+            ceiling_before_rps=before,
+            ceiling_after_rps=after,
+            ceiling_beside_rps=(before + after) / 2,
+        )
+        return measured
+
+    return step
 
 
 def run(ctx: Context, only: set[str]) -> tuple[dict[str, dict[str, Any]], list[Measured]]:
@@ -128,7 +162,10 @@ def run(ctx: Context, only: set[str]) -> tuple[dict[str, dict[str, Any]], list[M
         steps.append(("ceiling", lambda: ceilings.update(_ceilings(ctx))))
     for model in ctx.plan.models:
         for system in ctx.plan.systems:
-            if system in only:
+            if system == "inferlane" and system in only and "ceiling" in only:
+                step = _adder(measured, _beside_ceiling(ctx, ceilings, model))
+                steps.append((f"{model} {system}", step))
+            elif system in only:
                 steps.append(
                     (f"{model} {system}", _adder(measured, throughput.run, ctx, model, system))
                 )

@@ -6,7 +6,9 @@ into batches (the least padding any batcher could achieve). ``run_rps`` adds wha
 worker must also do per batch (collate/tokenize, and split the output to JSON values).
 ``replicas_rps`` runs the best batch size the way the worker's bulk lanes do by default
 (``compute.replicas`` passes side by side, each on its share of the torch threads): the
-same cores, laid out differently; reported beside the ceiling, not as it.
+same cores, laid out differently; reported beside the ceiling, not as it. ``again``
+times the best batch size once more, just before and just after inferlane's throughput
+run.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ def _items(model: LoadedModel, n: int) -> list[Any]:
     else:
         raw = workloads.digit_rows(n)
     return [model.adapter.prepare(x) for x in raw]
+
+
+def _chunks(items: list[Any], size: int) -> list[list[Any]]:
+    chunks = [items[i : i + size] for i in range(0, len(items) - size + 1, size)]
+    random.Random(0).shuffle(chunks)  # any prefix of the rounds is representative
+    return chunks
 
 
 def _timed(
@@ -105,8 +113,7 @@ def measure(ctx: Context, registry: ModelRegistry, name: str) -> dict[str, Any]:
     registry.warmup(name, max(sizes))
     per_batch: dict[str, dict[str, float]] = {}
     for size in sizes:
-        chunks = [items[i : i + size] for i in range(0, len(items) - size + 1, size)]
-        random.Random(0).shuffle(chunks)  # any prefix of the rounds is representative
+        chunks = _chunks(items, size)
         collated = [(model.adapter.collate(c), len(c)) for c in chunks]
         _timed(_forward(model), collated[:1], 0.0)  # shape warm-up
         calls: list[float] = []
@@ -125,8 +132,7 @@ def measure(ctx: Context, registry: ModelRegistry, name: str) -> dict[str, Any]:
         )
     best = max(per_batch, key=lambda k: per_batch[k]["forward_rps"])
     replicas = min(ComputeConfig().replicas, torch.get_num_threads())
-    chunks = [items[i : i + int(best)] for i in range(0, len(items) - int(best) + 1, int(best))]
-    random.Random(0).shuffle(chunks)
+    chunks = _chunks(items, int(best))
     replicas_rps = _side_by_side(
         _forward(model), [(model.adapter.collate(c), len(c)) for c in chunks],
         ctx.plan.ceiling_min_s, replicas,
@@ -146,3 +152,13 @@ def measure(ctx: Context, registry: ModelRegistry, name: str) -> dict[str, Any]:
         "peak_rss_mb": psutil.Process().memory_info().rss / 2**20,
         "note": "in the harness process; RSS includes the harness",
     }
+
+
+def again(ctx: Context, registry: ModelRegistry, name: str, size: int) -> float:
+    """The forward pass's items/s at batch ``size`` once more, timed as ``measure`` times
+    it: next to a system's run, so that both see the machine in the same stretch (its
+    speed moves by up to 3x from hour to hour)."""
+    model = registry.get(name)
+    items = _items(model, max(ctx.plan.ceiling_batches[name]) * 2)
+    collated = [(model.adapter.collate(c), len(c)) for c in _chunks(items, size)]
+    return _timed(_forward(model), collated, ctx.plan.ceiling_min_s)
