@@ -162,13 +162,13 @@ def run(ctx: Context, only: set[str]) -> tuple[dict[str, dict[str, Any]], list[M
         steps.append(("ceiling", lambda: ceilings.update(_ceilings(ctx))))
     for model in ctx.plan.models:
         for system in ctx.plan.systems:
-            if system == "inferlane" and system in only and "ceiling" in only:
+            if system not in only:
+                continue
+            if system == "inferlane" and "ceiling" in only:
                 step = _adder(measured, _beside_ceiling(ctx, ceilings, model))
-                steps.append((f"{model} {system}", step))
-            elif system in only:
-                steps.append(
-                    (f"{model} {system}", _adder(measured, throughput.run, ctx, model, system))
-                )
+            else:
+                step = _adder(measured, throughput.run, ctx, model, system)
+            steps.append((f"{model} {system}", step))
     if "priority" in only:
         steps.append(
             ("priority", lambda: measured.extend(priority.run(ctx, _inferlane_rps(measured))))

@@ -62,8 +62,12 @@ def test_every_scenario_reports_throughput_latency_and_rss(smoke: tuple[dict, Pa
 
 def test_ratios_are_positive_numbers(smoke: tuple[dict, Path]) -> None:
     ratios = smoke[0]["ratios"]["digits"]
-    keys = ("inferlane_over_ceiling", "inferlane_over_ceiling_beside", "inferlane_over_naive")
-    for key in (*keys, "inferlane_over_threadpool"):
+    for key in (
+        "inferlane_over_ceiling",
+        "inferlane_over_ceiling_beside",
+        "inferlane_over_naive",
+        "inferlane_over_threadpool",
+    ):
         assert _positive(ratios[key]), (key, ratios[key])
 
 

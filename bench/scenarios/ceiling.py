@@ -106,10 +106,15 @@ def _forward(model: LoadedModel) -> Any:
     return call
 
 
+def _workload(ctx: Context, model: LoadedModel) -> list[Any]:
+    """The prepared items every batch size is cut from."""
+    return _items(model, max(ctx.plan.ceiling_batches[model.name]) * 2)
+
+
 def measure(ctx: Context, registry: ModelRegistry, name: str) -> dict[str, Any]:
     model = registry.get(name)
     sizes = ctx.plan.ceiling_batches[name]
-    items = _items(model, max(sizes) * 2)
+    items = _workload(ctx, model)
     registry.warmup(name, max(sizes))
     per_batch: dict[str, dict[str, float]] = {}
     for size in sizes:
@@ -159,6 +164,5 @@ def again(ctx: Context, registry: ModelRegistry, name: str, size: int) -> float:
     it: next to a system's run, so that both see the machine in the same stretch (its
     speed moves by up to 3x from hour to hour)."""
     model = registry.get(name)
-    items = _items(model, max(ctx.plan.ceiling_batches[name]) * 2)
-    collated = [(model.adapter.collate(c), len(c)) for c in _chunks(items, size)]
+    collated = [(model.adapter.collate(c), len(c)) for c in _chunks(_workload(ctx, model), size)]
     return _timed(_forward(model), collated, ctx.plan.ceiling_min_s)
