@@ -17,7 +17,10 @@ class Plan:
     priority_rate_hz: float  # sparse `high` requests
     priority_s: float
     priority_warm_s: float  # the backlog runs unmeasured first (the batch cap climbs)
-    priority_solo_s: float  # the low lane alone, half before and half after the high requests
+    # The high requests come in this many bursts (priority_s in all); the low lane runs
+    # alone for priority_solo_s before the first, between each two and after the last.
+    priority_bursts: int
+    priority_solo_s: float
     low_load_rate_hz: dict[str, float]
     low_load_s: float
     soak_requests: int
@@ -51,7 +54,8 @@ SMOKE = Plan(
     priority_rate_hz=10,
     priority_s=1.0,
     priority_warm_s=1.0,
-    priority_solo_s=1.0,
+    priority_bursts=1,
+    priority_solo_s=0.5,
     low_load_rate_hz={"digits": 10},
     low_load_s=1.0,
     soak_requests=1000,
@@ -77,7 +81,8 @@ QUICK = Plan(
     priority_rate_hz=20,
     priority_s=3.0,
     priority_warm_s=5.0,
-    priority_solo_s=3.0,
+    priority_bursts=1,
+    priority_solo_s=1.5,
     low_load_rate_hz={"digits": 20, "minilm": 5},
     low_load_s=3.0,
     soak_requests=12_000,
@@ -103,7 +108,8 @@ FULL = Plan(
     priority_rate_hz=20,
     priority_s=20.0,
     priority_warm_s=20.0,
-    priority_solo_s=10.0,
+    priority_bursts=4,
+    priority_solo_s=5.0,
     low_load_rate_hz={"digits": 20, "minilm": 5},
     low_load_s=20.0,
     soak_requests=200_000,

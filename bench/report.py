@@ -143,7 +143,7 @@ def _priority(scenarios: dict[str, Any]) -> dict[str, float | None]:
         out[f"{model}_high_p99_ms"] = lanes["p99_ms"]
         out[f"{model}_high_p99_over_bound"] = _div(lanes["p99_ms"], bound)
         low = lanes["extra"]["low_rps_while_high"]
-        out[f"{model}_low_over_solo"] = _div(low, lanes["extra"]["low_rps_solo"])
+        out[f"{model}_low_over_solo"] = lanes["extra"]["low_over_solo"]
         out[f"{model}_low_over_throughput"] = _div(low, throughput.get("throughput_rps"))
         if fifo is not None:
             out[f"{model}_high_p99_single_lane_over_lanes"] = _div(fifo["p99_ms"], lanes["p99_ms"])

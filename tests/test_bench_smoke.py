@@ -71,6 +71,28 @@ def test_ratios_are_positive_numbers(smoke: tuple[dict, Path]) -> None:
         assert _positive(ratios[key]), (key, ratios[key])
 
 
+def test_priority_sets_each_burst_beside_the_windows_around_it(tmp_path: Path) -> None:
+    # Not among smoke's default scenarios: a run of its own, after inferlane's throughput
+    # (its rate sizes the backlog so that it outlasts the bursts).
+    only = "inferlane,priority"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--only", only, "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=160,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "results.json").read_text())
+    extra = doc["scenarios"]["priority"]["digits"]["inferlane-lanes"]["extra"]
+    bursts = extra["low_rps_bursts"]
+    assert len(bursts) == len(extra["low_over_solo_bursts"]) >= 1
+    assert len(extra["low_rps_alone"]) == len(bursts) + 1
+    assert all(_positive(r) for r in (*bursts, *extra["low_rps_alone"]))
+    assert doc["ratios"]["priority"]["digits_low_over_solo"] == extra["low_over_solo"]
+    assert _positive(extra["low_over_solo"])
+
+
 def test_targets_name_value_and_verdict(smoke: tuple[dict, Path]) -> None:
     targets = smoke[0]["targets"]
     assert "digits.inferlane_over_naive" in targets

@@ -4,20 +4,22 @@ Per backlog model (the plan's models: a digits backlog, then a minilm one), the 
 worker twice, on fresh brokers: with its lanes, and with ``--single-lane`` (one FIFO
 lane, the baseline). The backlog on the low topic keeps the worker busy; once its first
 result is out, the worker runs ``priority_warm_s`` unmeasured (its batch controller
-climbs from its start cap there), then the low lane runs alone for half of
-``priority_solo_s``, then `high`
-digits requests are sent at a fixed rate, each stamped with its send time, then the low
-lane runs alone again for the other half. High latency is end to end: send -> result
-read from the results topic. The low lane's throughput is its results per second while
-the high requests flow (first high sent -> last high answered), set beside its solo
-rate: the mean of the windows before and after, in the same worker (a drift of the rate
-over the run weighs on both sides alike), and beside the model's throughput scenario
-(another worker, minutes earlier).
+climbs from its start cap there). Then `high` digits requests are sent at a fixed rate
+in ``priority_bursts`` bursts, each stamped with its send time, and the low lane runs
+alone for ``priority_solo_s`` before the first burst, between each two and after the
+last. High latency is end to end: send -> result read from the results topic. The low
+lane's throughput during a burst (first high sent -> last high answered) is set beside
+the mean of its rates alone just before and just after that burst, in the same worker:
+the neighbouring windows share the machine's state of the moment, so a drift of the
+rate over the run does not pass for the high requests' cost. The figure is the median
+of the bursts' ratios; beside it, the backlog's rate during the bursts over the model's
+throughput scenario (another worker, minutes earlier).
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from typing import Any
 
@@ -42,14 +44,15 @@ MODEL = "digits"  # the high requests' model
 HIGH = "HIPRI"  # request id prefix of the high requests; absent from every other id
 
 
-async def send_high(bootstrap: str, rate_hz: float, seconds: float) -> int:
+async def send_high(bootstrap: str, rate_hz: float, seconds: float, first: int = 0) -> int:
+    """``rate_hz`` high requests per second for ``seconds``, numbered from ``first``."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
     await producer.start()
     try:
         n, started = int(rate_hz * seconds), time.monotonic()
         for i in range(n):
             await asyncio.sleep(max(0.0, started + i / rate_hz - time.monotonic()))
-            key, value = workloads.timed_record(MODEL, i, prefix=HIGH)
+            key, value = workloads.timed_record(MODEL, first + i, prefix=HIGH)
             await producer.send(TOPICS.high, value, key=key)
         await producer.flush()
         return n
@@ -113,7 +116,8 @@ def backlog_for(ctx: Context, model: str, rate_rps: float | None) -> int:
     base = plan.priority_low if model == MODEL else plan.backlog[model]
     if not rate_rps:
         return base
-    seconds = plan.priority_warm_s + plan.priority_solo_s + plan.priority_s + 4
+    solo_s = plan.priority_solo_s * (plan.priority_bursts + 1)
+    seconds = plan.priority_warm_s + solo_s + plan.priority_s + 4
     return max(base, int(1.5 * rate_rps * seconds))
 
 
@@ -128,13 +132,20 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
         await publish(bootstrap, TOPICS.low, workloads.records(model, low, prefix="bulk"))
         await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
         await read_for(reader, service, plan.priority_warm_s)
-        before = await _alone(reader, service, plan.priority_solo_s / 2)
-        high_from = time.time()
-        sender = asyncio.create_task(send_high(bootstrap, plan.priority_rate_hz, plan.priority_s))
-        n_high = int(plan.priority_rate_hz * plan.priority_s)
-        await _read_high(reader, service, n_high, plan.priority_s + plan.timeout_s)
-        await sender
-        after = await _alone(reader, service, plan.priority_solo_s / 2)
+        alone = [await _alone(reader, service, plan.priority_solo_s)]
+        bursts: list[tuple[float, float]] = []  # wall clock: first high sent, last answered
+        burst_s, n_high = plan.priority_s / plan.priority_bursts, 0
+        for _ in range(plan.priority_bursts):
+            start = time.time()
+            sender = asyncio.create_task(
+                send_high(bootstrap, plan.priority_rate_hz, burst_s, first=n_high)
+            )
+            n = int(plan.priority_rate_hz * burst_s)
+            await _read_high(reader, service, n, burst_s + plan.timeout_s)
+            await sender
+            bursts.append((start, time.time()))
+            n_high += n
+            alone.append(await _alone(reader, service, plan.priority_solo_s))
         assert service.rss is not None
         peak = service.rss.peak_mb
     series = _high_latencies(reader)
@@ -144,13 +155,19 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
     rate, counted, seconds = window_rate(reader.arrivals)
     low_done = reader.count - len(series)
     first = series[0][0] if series else 0.0
-    last_answer = max((sent + ms / 1000 for sent, ms, _, _ in series), default=high_from)
+    during = [low_rate(reader, start, end) for start, end in bursts]
+    ratios = [r / ((a + b) / 2) for r, a, b in zip(during, alone, alone[1:], strict=False) if a + b]
+    judged = statistics.median(ratios) if ratios else None
+    burst_total_s = sum(end - start for start, end in bursts)
     extra_out: dict[str, Any] = {
         "backlog_model": model,
-        "low_rps_solo": (before + after) / 2,
-        "low_rps_before": before,
-        "low_rps_after": after,
-        "low_rps_while_high": low_rate(reader, high_from, last_answer),
+        "low_rps_solo": statistics.mean(alone),
+        "low_rps_alone": alone,  # before the first burst, between bursts, after the last
+        "low_rps_bursts": during,
+        "low_over_solo_bursts": ratios,
+        "low_over_solo": judged,
+        "low_rps_while_high": sum(r * (e - s) for r, (s, e) in zip(during, bursts, strict=True))
+        / burst_total_s,
         "high_requests": n_high,
         "high_answered": len(series),
         "high_rate_hz": plan.priority_rate_hz,
@@ -168,8 +185,10 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
         f"high p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms "
         f"({len(series)}/{n_high} answered; result produced p50 {produced.p50_ms:.1f} ms, "
         f"p99 {produced.p99_ms:.1f} ms; in the worker p50 {in_worker.p50_ms:.1f} ms, "
-        f"p99 {in_worker.p99_ms:.1f} ms); low lane {extra_out['low_rps_while_high']:,.0f}/s "
-        f"while high flowed, {before:,.0f}/s alone before and {after:,.0f}/s after; "
+        f"p99 {in_worker.p99_ms:.1f} ms); low lane "
+        f"{', '.join(f'{r:,.0f}' for r in during)}/s in the bursts, "
+        f"{', '.join(f'{r:,.0f}' for r in alone)}/s alone around them: "
+        f"{'-' if judged is None else f'{judged:.3f}'} of its solo rate (median); "
         f"saturated={extra_out['saturated']}"
     )
     return Measured(
