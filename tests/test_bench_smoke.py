@@ -21,18 +21,23 @@ REPO = Path(__file__).resolve().parents[1]
 SYSTEMS = ("naive", "threadpool", "inferlane")
 
 
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
-    out = tmp_path_factory.mktemp("bench")
+def _bench_smoke(out: Path, *args: str) -> dict:
+    """``python -m bench --smoke`` with ``args``, writing to ``out``: its results.json."""
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(out), *args],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=160,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads((out / "results.json").read_text()), out
+    return json.loads((out / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("bench")
+    return _bench_smoke(out), out
 
 
 def _positive(value: object) -> bool:
@@ -74,16 +79,7 @@ def test_ratios_are_positive_numbers(smoke: tuple[dict, Path]) -> None:
 def test_priority_sets_each_burst_beside_the_windows_around_it(tmp_path: Path) -> None:
     # Not among smoke's default scenarios: a run of its own, after inferlane's throughput
     # (its rate sizes the backlog so that it outlasts the bursts).
-    only = "inferlane,priority"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--only", only, "--out", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=160,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    doc = json.loads((tmp_path / "results.json").read_text())
+    doc = _bench_smoke(tmp_path, "--only", "inferlane,priority")
     extra = doc["scenarios"]["priority"]["digits"]["inferlane-lanes"]["extra"]
     bursts = extra["low_rps_bursts"]
     assert len(bursts) == len(extra["low_over_solo_bursts"]) >= 1

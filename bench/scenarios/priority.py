@@ -19,8 +19,10 @@ throughput scenario (another worker, minutes earlier).
 from __future__ import annotations
 
 import asyncio
+import operator
 import statistics
 import time
+from itertools import pairwise
 from typing import Any
 
 import orjson
@@ -156,9 +158,9 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
     low_done = reader.count - len(series)
     first = series[0][0] if series else 0.0
     during = [low_rate(reader, start, end) for start, end in bursts]
-    ratios = [r / ((a + b) / 2) for r, a, b in zip(during, alone, alone[1:], strict=False) if a + b]
+    ratios = [r / ((a + b) / 2) for r, (a, b) in zip(during, pairwise(alone), strict=True) if a + b]
     judged = statistics.median(ratios) if ratios else None
-    burst_total_s = sum(end - start for start, end in bursts)
+    burst_s_each = [end - start for start, end in bursts]
     extra_out: dict[str, Any] = {
         "backlog_model": model,
         "low_rps_solo": statistics.mean(alone),
@@ -166,8 +168,8 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
         "low_rps_bursts": during,
         "low_over_solo_bursts": ratios,
         "low_over_solo": judged,
-        "low_rps_while_high": sum(r * (e - s) for r, (s, e) in zip(during, bursts, strict=True))
-        / burst_total_s,
+        # Results over seconds, all bursts together: rate x length gives each one's count.
+        "low_rps_while_high": sum(map(operator.mul, during, burst_s_each)) / sum(burst_s_each),
         "high_requests": n_high,
         "high_answered": len(series),
         "high_rate_hz": plan.priority_rate_hz,
