@@ -33,7 +33,8 @@ TARGETS: tuple[tuple[str, str, float], ...] = (
     ("priority.digits_low_over_solo", ">=", 0.9),
     ("priority.minilm_high_p99_over_bound", "<=", 1.0),
     ("priority.minilm_low_over_solo", ">=", 0.9),
-    # Issue 7, low load: p50 end to end <= max_wait + one forward pass at batch 1 + 15 ms.
+    # Issue 7, low load: p50 end to end <= max_wait + one forward pass at batch 1 + 15 ms;
+    # the pass timed as the low load's requests meet it, after the gap between two.
     ("low_load.digits_p50_over_bound", "<=", 1.0),
     ("low_load.minilm_p50_over_bound", "<=", 1.0),
     # Issue 7, step load: the adaptive cap settles (CV < 10% over each saturated phase's
@@ -152,13 +153,19 @@ def _priority(scenarios: dict[str, Any]) -> dict[str, float | None]:
 
 def _low_load(scenarios: dict[str, Any]) -> dict[str, float | None]:
     """Per model: the p50 end to end over its bound, the worker's default ``max_wait``
-    + the ceiling's p50 forward pass at batch 1 + 15 ms."""
+    + the ceiling's p50 forward pass at batch 1 after the low load's idle gap + 15 ms;
+    beside it, the same bound with the back-to-back pass."""
     out: dict[str, float | None] = {}
+    max_wait_ms = BatchConfig().max_wait_ms
     for model, m in scenarios["low_load"].items():
-        one = scenarios["ceiling"].get(model, {}).get("by_batch", {}).get("1", {}).get("p50_ms")
-        bound = None if one is None else BatchConfig().max_wait_ms + one + LOW_LOAD_SLACK_MS
-        out[f"{model}_p50_bound_ms"] = bound
-        out[f"{model}_p50_over_bound"] = _div(m["p50_ms"], bound)
+        one = scenarios["ceiling"].get(model, {}).get("by_batch", {}).get("1", {})
+        for key, pass_ms in (
+            ("p50", one.get("after_idle_p50_ms")),
+            ("p50_back_to_back", one.get("p50_ms")),
+        ):
+            bound = None if pass_ms is None else max_wait_ms + pass_ms + LOW_LOAD_SLACK_MS
+            out[f"{model}_{key}_bound_ms"] = bound
+            out[f"{model}_{key}_over_bound"] = _div(m["p50_ms"], bound)
     return out
 
 

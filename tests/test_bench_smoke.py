@@ -58,6 +58,9 @@ def test_every_scenario_reports_throughput_latency_and_rss(smoke: tuple[dict, Pa
     assert set(scenarios) == {"ceiling", "throughput", "priority", "low_load", "soak"}
     ceiling = scenarios["ceiling"]["digits"]
     assert {"throughput_rps", "p50_ms", "p99_ms", "peak_rss_mb", "by_batch"} <= set(ceiling)
+    one = ceiling["by_batch"]["1"]  # also timed after the low load's gap between requests
+    assert one["idle_gap_s"] == pytest.approx(0.1)  # smoke's trickle: 10 digits/s
+    assert _positive(one["after_idle_p50_ms"])
     for system in SYSTEMS:
         m = scenarios["throughput"]["digits"][system]
         assert {"throughput_rps", "p50_ms", "p99_ms", "peak_rss_mb", "latency_basis"} <= set(m)
