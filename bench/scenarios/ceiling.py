@@ -8,7 +8,9 @@ worker must also do per batch (collate/tokenize, and split the output to JSON va
 (``compute.replicas`` passes side by side, each on its share of the torch threads): the
 same cores, laid out differently; reported beside the ceiling, not as it. ``again``
 times the best batch size once more, just before and just after inferlane's throughput
-run. At batch 1 the pass is also timed the way a request at low load meets it: each
+run. A model the registry optimizes (``optimize = "trace"``: the demo models) is timed
+as it serves; its eager module is timed beside it at batch 1 and at the best batch size
+(``eager``). At batch 1 the pass is also timed the way a request at low load meets it: each
 call after the idle gap between two of the low-load scenario's requests (on this VM a
 pass after 0.2 s idle takes 40-60% longer than back to back, in a bare process too).
 """
@@ -29,6 +31,7 @@ from bench.scenarios.common import Context
 from worker.config import ComputeConfig
 from worker.executor import set_torch_threads
 from worker.models import LoadedModel, ModelRegistry
+from worker.models.loaders import load_model
 
 
 def _items(model: LoadedModel, n: int) -> list[Any]:
@@ -152,8 +155,8 @@ def measure(ctx: Context, registry: ModelRegistry, name: str) -> dict[str, Any]:
             idle = Latency.of(_after_idle(_forward(model), collated[0][0], gap_s))
             per_batch["1"] |= {"idle_gap_s": gap_s, "after_idle_p50_ms": idle.p50_ms}
             ctx.say(
-                f"  ceiling {name} batch 1 after {gap_s:g} s idle: p50 {idle.p50_ms:.1f} ms "
-                f"(back to back {lat.p50_ms:.1f} ms)"
+                f"  ceiling {name} batch 1 after {gap_s:g} s idle: p50 {idle.p50_ms:.2f} ms "
+                f"(back to back {lat.p50_ms:.2f} ms)"
             )
         ctx.say(
             f"  ceiling {name} batch {size}: {forward_rps:,.0f}/s forward, "
@@ -167,6 +170,7 @@ def measure(ctx: Context, registry: ModelRegistry, name: str) -> dict[str, Any]:
         ctx.plan.ceiling_min_s, replicas,
     )  # fmt: skip
     ctx.say(f"  ceiling {name} batch {best}, {replicas} side by side: {replicas_rps:,.0f}/s")
+    eager = _eager(ctx, registry, model, items, int(best))
     return {
         "model": name,
         "by_batch": per_batch,
@@ -178,9 +182,31 @@ def measure(ctx: Context, registry: ModelRegistry, name: str) -> dict[str, Any]:
         "p50_ms": per_batch[best]["p50_ms"],
         "p99_ms": per_batch[best]["p99_ms"],
         "latency_basis": "one forward pass of the best batch size",
+        "eager": eager,
         "peak_rss_mb": psutil.Process().memory_info().rss / 2**20,
         "note": "in the harness process; RSS includes the harness",
     }
+
+
+def _eager(
+    ctx: Context, registry: ModelRegistry, served: LoadedModel, items: list[Any], best: int
+) -> dict[str, float] | None:
+    """The eager module's p50 pass at batch 1 and items/s at ``best``, timed as the
+    served module was; None when the registry serves the model eager."""
+    spec = registry.spec(served.name)
+    if spec.optimize is None:
+        return None
+    model = load_model(spec, served.device, served.adapter)
+    one = [(model.adapter.collate(c), 1) for c in _chunks(items, 1)]
+    calls: list[float] = []
+    _timed(_forward(model), one[:1], 0.0)  # warm-up
+    _timed(_forward(model), one, ctx.plan.ceiling_min_s, calls)
+    at_best = [(model.adapter.collate(c), len(c)) for c in _chunks(items, best)]
+    _timed(_forward(model), at_best[:1], 0.0)
+    rps = _timed(_forward(model), at_best, ctx.plan.ceiling_min_s)
+    p50_ms = Latency.of(calls).p50_ms
+    ctx.say(f"  ceiling {served.name} eager: batch 1 p50 {p50_ms:.2f} ms, {best}: {rps:,.0f}/s")
+    return {"batch1_p50_ms": p50_ms, "best_batch_rps": rps}
 
 
 def again(ctx: Context, registry: ModelRegistry, name: str, size: int) -> float:

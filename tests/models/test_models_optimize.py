@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from worker.config import ModelStoreConfig
 from worker.models import ModelRegistry, digits_test_set
 from worker.models import optimize as optimize_module
+from worker.models.demo import demo_sentences
 
 
 class Skewed(torch.nn.Module):
@@ -46,7 +48,7 @@ def test_optimized_model_serves_only_when_it_matches_eager(
     offset: float,
     served: bool,
 ) -> None:
-    monkeypatch.setitem(optimize_module.OPTIMIZERS, "compile", lambda m: Skewed(m, offset))
+    monkeypatch.setitem(optimize_module.OPTIMIZERS, "compile", lambda m: Skewed(m.module, offset))
     registry = optimized_registry(tmp_path, demo_registry_path)
     try:
         model = registry.ensure("digits").result()
@@ -63,7 +65,7 @@ def test_optimized_model_serves_only_when_it_matches_eager(
 def test_an_optimizer_that_raises_leaves_eager_serving(
     tmp_path: Path, demo_registry_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(module: Any) -> Any:
+    def broken(model: Any) -> Any:
         raise RuntimeError("no compiler here")
 
     monkeypatch.setitem(optimize_module.OPTIMIZERS, "compile", broken)
@@ -95,7 +97,7 @@ class RightOnlyAtZero(torch.nn.Module):
 def test_recorded_real_inputs_refuse_what_the_example_alone_would_pass(
     tmp_path: Path, demo_registry_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(optimize_module.OPTIMIZERS, "compile", RightOnlyAtZero)
+    monkeypatch.setitem(optimize_module.OPTIMIZERS, "compile", lambda m: RightOnlyAtZero(m.module))
     registry = optimized_registry(tmp_path, demo_registry_path)
     try:
         first = registry.ensure("digits").result()
@@ -114,3 +116,31 @@ def test_recorded_real_inputs_refuse_what_the_example_alone_would_pass(
         assert refused == 1
     finally:
         registry.close()
+
+
+def _eager_registry(tmp_path: Path, demo_registry_path: Path) -> ModelRegistry:
+    """The demo registry without its optimizations (relative weight paths made absolute)."""
+    text = demo_registry_path.read_text().replace('optimize = "trace"', "")
+    text = re.sub(r'^path = "(?!/)', f'path = "{demo_registry_path.parent}/', text, flags=re.M)
+    path = tmp_path / "eager.toml"
+    path.write_text(text)
+    return ModelRegistry.from_toml(path)
+
+
+@pytest.mark.parametrize("name", ["digits", "minilm"])
+def test_traced_demo_models_serve_and_match_eager_on_real_batches(
+    tmp_path: Path, demo_registry_path: Path, name: str
+) -> None:
+    if name == "digits":
+        inputs: list[Any] = [row.tolist() for row in digits_test_set()[0][:64]]
+    else:
+        inputs = demo_sentences(32, seed=3)  # lengths differ: a padded batch
+        assert len({len(s.split()) for s in inputs}) > 1
+    served = ModelRegistry.from_toml(demo_registry_path).get(name)
+    eager = _eager_registry(tmp_path, demo_registry_path).get(name)
+    assert isinstance(served.module, torch.jit.ScriptModule)
+    assert not isinstance(eager.module, torch.jit.ScriptModule)
+    for batch in (inputs[:1], inputs):
+        items = [served.adapter.prepare(x) for x in batch]
+        got, expected = served.forward(items), eager.forward(items)
+        assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()

@@ -229,6 +229,7 @@ format = "export"
 path = {q(digits.name)}
 adapter = {{ kind = "classifier", features = 64, num_classes = 10, shapes = [[8, 8]] }}
 replicas = 1  # tiny forward passes: a second bulk thread only contends for the GIL
+optimize = "trace"  # one C++ call per pass, not one GIL handoff per op
 
 [[models]]
 name = "diabetes"
@@ -238,6 +239,7 @@ factory = "worker.models.demo:build_diabetes"
 path = {q(diabetes.name)}
 adapter = {{ kind = "regressor", features = 10 }}
 replicas = 1
+optimize = "trace"
 
 [[models]]
 name = "minilm"
@@ -245,6 +247,7 @@ version = "all-MiniLM-L6-v2"
 format = "hf"
 path = {q(minilm)}
 max_batch = 64
+optimize = "trace"
 adapter = {{ kind = "text_embedding", tokenizer = {q(minilm / "tokenizer.json")} }}
 """
 

@@ -1,5 +1,11 @@
 """Guarded optimization: an optimized module serves only if it matches eager.
 
+Two optimizers: ``compile`` (``torch.compile``) and ``trace`` (TorchScript, traced on
+the adapter's example). A traced module runs its whole graph in C++ under one GIL
+release per call, without the Python of the module calls; eager PyTorch releases and
+retakes the GIL around every op, and beside an event loop and other Python threads
+each retake may wait (figures in docs/MODEL_STORE.md).
+
 The candidate runs the adapter's example, alone and in a small batch, and the model's
 recent real inputs as one batch, beside the eager module; any difference beyond the
 tolerance, or any error, keeps eager serving, with the reason logged and counted.
@@ -10,19 +16,42 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from pydantic import JsonValue
 
-from worker.models.model import LoadedModel
+from worker.models.model import LoadedModel, to_device
 from worker.models.specs import ModelSpec
 from worker.models.store_metrics import StoreMetrics
 
 log = logging.getLogger(__name__)
 
-OPTIMIZERS: dict[str, Callable[[Any], Any]] = {"compile": torch.compile}
+
+def traced(model: LoadedModel) -> Any:
+    """``model``'s module as TorchScript, traced on the adapter's example. Tracing
+    records one path through the Python code; the guard's comparison with eager (in a
+    batch, and on recent real inputs) is what shows that the path holds for others."""
+    example = to_device(
+        model.adapter.collate([model.adapter.prepare(model.adapter.example())]), model.device
+    )
+    with warnings.catch_warnings(), torch.no_grad():
+        # Tracing warns (TracerWarnings; torch.jit's deprecation in favour of torch.compile,
+        # slow and toolchain-bound on a CPU, and torch.export, op by op in Python; the
+        # model library's deprecations): the guard decides, and where tracing breaks
+        # (PyTorch warns of Python 3.14+), eager serves.
+        warnings.simplefilter("ignore")
+        if isinstance(example, dict):
+            return torch.jit.trace(model.module, example_kwarg_inputs=example, strict=False)
+        return torch.jit.trace(model.module, example, strict=False)
+
+
+OPTIMIZERS: dict[str, Callable[[LoadedModel], Any]] = {
+    "compile": lambda model: torch.compile(model.module),
+    "trace": traced,
+}
 _SAMPLE_BATCHES = (1, 3)
 
 
@@ -33,7 +62,7 @@ def guarded(
     ``samples``: recent real inputs of the model (see ``worker.models.samples``)."""
     assert spec.optimize is not None
     try:
-        candidate = dataclasses.replace(model, module=OPTIMIZERS[spec.optimize](model.module))
+        candidate = dataclasses.replace(model, module=OPTIMIZERS[spec.optimize](model))
         reason = mismatch(model, candidate, spec.optimize_tolerance, samples)
     except Exception as exc:
         reason = "error"

@@ -91,7 +91,7 @@ class ModelSpec(_Config):
     adapter: AdapterConfig
     max_batch: Annotated[int, Field(ge=1)] = 256
     # Serve an optimized module, only once its outputs match eager within the tolerance.
-    optimize: Literal["compile"] | None = None
+    optimize: Literal["compile", "trace"] | None = None
     optimize_tolerance: Annotated[float, Field(gt=0)] = 1e-4
     scheduling: ControllerParams = ControllerParams()  # batch controller (docs/SCHEDULING.md)
     # Overrides the worker's compute timeout (settings.compute.timeout_s) for this model.
