@@ -12,7 +12,7 @@ run. A model the registry optimizes (``optimize = "trace"``: the demo models) is
 as it serves; its eager module is timed beside it at batch 1 and at the best batch size
 (``eager``). At batch 1 the pass is also timed the way a request at low load meets it: each
 call after the idle gap between two of the low-load scenario's requests (on this VM a
-pass after 0.2 s idle takes 40-60% longer than back to back, in a bare process too).
+pass after 0.2 s idle runs markedly slower than back to back: docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations

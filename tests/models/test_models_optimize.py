@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from worker.config import ModelStoreConfig
 from worker.models import ModelRegistry, digits_test_set
 from worker.models import optimize as optimize_module
 from worker.models.demo import demo_sentences
+from worker.models.loaders import load_model
 
 
 class Skewed(torch.nn.Module):
@@ -118,26 +118,18 @@ def test_recorded_real_inputs_refuse_what_the_example_alone_would_pass(
         registry.close()
 
 
-def _eager_registry(tmp_path: Path, demo_registry_path: Path) -> ModelRegistry:
-    """The demo registry without its optimizations (relative weight paths made absolute)."""
-    text = demo_registry_path.read_text().replace('optimize = "trace"', "")
-    text = re.sub(r'^path = "(?!/)', f'path = "{demo_registry_path.parent}/', text, flags=re.M)
-    path = tmp_path / "eager.toml"
-    path.write_text(text)
-    return ModelRegistry.from_toml(path)
-
-
 @pytest.mark.parametrize("name", ["digits", "minilm"])
 def test_traced_demo_models_serve_and_match_eager_on_real_batches(
-    tmp_path: Path, demo_registry_path: Path, name: str
+    demo_registry_path: Path, name: str
 ) -> None:
     if name == "digits":
         inputs: list[Any] = [row.tolist() for row in digits_test_set()[0][:64]]
     else:
         inputs = demo_sentences(32, seed=3)  # lengths differ: a padded batch
         assert len({len(s.split()) for s in inputs}) > 1
-    served = ModelRegistry.from_toml(demo_registry_path).get(name)
-    eager = _eager_registry(tmp_path, demo_registry_path).get(name)
+    registry = ModelRegistry.from_toml(demo_registry_path)
+    served = registry.get(name)
+    eager = load_model(registry.spec(name), served.device, served.adapter)  # not optimized
     assert isinstance(served.module, torch.jit.ScriptModule)
     assert not isinstance(eager.module, torch.jit.ScriptModule)
     for batch in (inputs[:1], inputs):
