@@ -64,7 +64,7 @@ class Delivery:
         bulk = lanes == BULK
         while True:
             chunk = await self._done.take(self._max_chunk, lanes)
-            await self._sink.publish(chunk)
+            await self._sink.publish(chunk, urgent=not bulk)
             if bulk:
                 await self._bulk_slots.acquire()
             self._published.put_nowait((chunk, bulk))

@@ -124,14 +124,23 @@ class Worker:
             session_timeout_ms=kafka.session_timeout_ms,
             security=kafka.security,
         )
-        self._egress = Egress(
-            bootstrap=settings.bootstrap,
-            client_id=kafka.client_id,
-            linger_ms=kafka.linger_ms,
-            max_request_bytes=kafka.max_request_bytes,
-            metadata_timeout_s=kafka.metadata_timeout_ms / 1000,
-            stable_topics=frozenset({topics.results, topics.dead_letters}),
-            security=kafka.security,
+        # Two producers: aiokafka keeps one produce request in flight per broker, so a
+        # high result sent by the bulk results' producer would wait for a bulk chunk's
+        # acknowledgement, and take that one slot from the bulk chunks in turn.
+        self._egress, self._urgent_egress = (
+            Egress(
+                bootstrap=settings.bootstrap,
+                client_id=client_id,
+                linger_ms=linger_ms,
+                max_request_bytes=kafka.max_request_bytes,
+                metadata_timeout_s=kafka.metadata_timeout_ms / 1000,
+                stable_topics=frozenset({topics.results, topics.dead_letters}),
+                security=kafka.security,
+            )
+            for client_id, linger_ms in (
+                (kafka.client_id, kafka.linger_ms),
+                (f"{kafka.client_id}-urgent", 0),
+            )
         )
         self._done = CompletionQueue()
         self._delivery: Delivery | None = None  # made in start(): it needs the database
@@ -173,6 +182,7 @@ class Worker:
         self._gc.start()  # after the warm-up: what exists now lives as long as the process
         sink = Sink(
             egress=self._egress,
+            urgent_egress=self._urgent_egress,
             store=self._store,
             results_topic=s.topics.results,
             dead_letter_topic=s.topics.dead_letters,
@@ -193,6 +203,7 @@ class Worker:
             s.bootstrap, names, partitions=s.topics.partitions, security=s.kafka.security
         )
         await self._egress.start()
+        await self._urgent_egress.start()
         await self._ingress.start(self._on_assigned, self._on_revoked)
         self._failed = asyncio.get_running_loop().create_future()
         self._executor.fail_into(self._failed)  # too many hung models: exit, get restarted
@@ -265,6 +276,7 @@ class Worker:
             self._failed.cancel()
         await _bounded(deadline, "leaving the group", self._ingress.stop())
         await _bounded(deadline, "the producer", self._egress.stop())
+        await _bounded(deadline, "the urgent producer", self._urgent_egress.stop())
         await _bounded(deadline, "the executor", asyncio.to_thread(self._executor.shutdown))
         await _bounded(deadline, "the model store", asyncio.to_thread(self._registry.close))
         self._scheduler.close()

@@ -48,6 +48,7 @@ class Sink:
         self,
         *,
         egress: Egress,
+        urgent_egress: Egress | None = None,
         store: ResultStore,
         results_topic: str,
         dead_letter_topic: str,
@@ -55,7 +56,8 @@ class Sink:
         max_value_bytes: int,
         config: SinkConfig,
     ) -> None:
-        self._egress = egress
+        # Outcomes published with urgent=True go through urgent_egress (its own producer).
+        self._egresses = {False: egress, True: urgent_egress or egress}
         self._store = store
         self._group_id = group_id
         self._config = config
@@ -65,9 +67,10 @@ class Sink:
             max_value_bytes=max_value_bytes,
         )
 
-    async def publish(self, outcomes: Sequence[Outcome]) -> None:
+    async def publish(self, outcomes: Sequence[Outcome], *, urgent: bool = False) -> None:
         """Step 1: every result and dead letter acknowledged by Kafka (or refused for good
-        in every form it can take, which is logged)."""
+        in every form it can take, which is logged); ``urgent`` outcomes by the urgent
+        producer."""
         # Serializing every result is per-record work: keep a chunk off the event loop,
         # unless it is a few records (a high lane's), which wait less on the loop than
         # for a pool thread.
@@ -75,12 +78,12 @@ class Sink:
             records = self._refusals.records(outcomes)
         else:
             records = await asyncio.to_thread(self._refusals.records, outcomes)
-        await self._send(records)
+        await self._send(records, urgent)
 
-    async def _send(self, records: list[tuple[OutRecord, Outcome]]) -> None:
+    async def _send(self, records: list[tuple[OutRecord, Outcome]], urgent: bool) -> None:
         while records:
             owners = {id(r): o for r, o in records}
-            refused = await self._publish_once([r for r, _ in records])
+            refused = await self._publish_once([r for r, _ in records], urgent)
             records = []
             for refusal in refused:
                 outcome = owners[id(refusal.record)]
@@ -95,8 +98,9 @@ class Sink:
                 else:
                     records.extend((r, outcome) for r in smaller)
 
-    async def _publish_once(self, records: list[OutRecord]) -> list[Refused]:
-        return await self._retry("kafka", lambda: self._egress.publish(records))
+    async def _publish_once(self, records: list[OutRecord], urgent: bool) -> list[Refused]:
+        egress = self._egresses[urgent]
+        return await self._retry("kafka", lambda: egress.publish(records))
 
     async def persist(
         self, outcomes: Sequence[Outcome], offsets: dict[TopicPartitionKey, int]
@@ -118,7 +122,7 @@ class Sink:
             letter = DeadLetter(src.source, src.key, src.value, RowsRefused.code, reason)
             outcome.dead_letter = outcome.dead_letter or letter
             letters.append((self._refusals.dead_letter(letter), outcome))
-        await self._send(letters)
+        await self._send(letters, urgent=False)
         await self._write([], positions)
 
     async def _isolate(self, outcomes: list[Outcome]) -> list[tuple[Outcome, str]]:

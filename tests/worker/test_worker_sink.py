@@ -43,7 +43,7 @@ def outcome(
     return Outcome(rec, result=result, drift=drift, reply_to=reply_to)
 
 
-async def make_sink(bootstrap: str, store: ResultStore) -> tuple[Sink, Egress]:
+async def make_egress(bootstrap: str) -> Egress:
     egress = Egress(
         bootstrap=bootstrap,
         client_id="t",
@@ -53,8 +53,16 @@ async def make_sink(bootstrap: str, store: ResultStore) -> tuple[Sink, Egress]:
         stable_topics=frozenset({RESULTS, DLQ}),
     )
     await egress.start()
+    return egress
+
+
+async def make_sink(
+    bootstrap: str, store: ResultStore, urgent_egress: Egress | None = None
+) -> tuple[Sink, Egress]:
+    egress = await make_egress(bootstrap)
     sink = Sink(
         egress=egress,
+        urgent_egress=urgent_egress,
         store=store,
         results_topic=RESULTS,
         dead_letter_topic=DLQ,
@@ -140,3 +148,25 @@ async def test_a_result_over_the_size_limit_keeps_its_id_and_status_on_kafka(
     assert len(record_.value) < 4096
     assert value["request_id"] == "big" and value["status"] == "ok"
     assert value["error"]["code"] == "result_too_large" and value["metadata"] is None
+
+
+async def test_urgent_outcomes_go_through_their_own_producer(
+    broker: EmbeddedBroker, tmp_path: object
+) -> None:
+    # aiokafka keeps one produce request in flight per broker and producer: sharing the
+    # bulk chunks' producer would queue a high result behind their acknowledgements.
+    # With the bulk producer stopped, urgent outcomes still reach Kafka; bulk ones do not.
+    with ResultStore(f"sqlite:///{tmp_path}/s.db") as store:
+        urgent = await make_egress(broker.bootstrap)
+        sink, bulk = await make_sink(broker.bootstrap, store, urgent)
+        await bulk.stop()
+        try:
+            await asyncio.wait_for(sink.publish([outcome("high")], urgent=True), 30)
+            stuck = asyncio.ensure_future(sink.publish([outcome("bulk")]))
+            done, _ = await asyncio.wait([stuck], timeout=2)
+            stuck.cancel()
+        finally:
+            await urgent.stop()
+    assert not done  # the bulk path waits for its own (stopped) producer
+    [result] = await asyncio.to_thread(read_topic, broker.bootstrap, RESULTS, 1)
+    assert result.key == b"high"
