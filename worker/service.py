@@ -86,6 +86,7 @@ class Worker:
             max_batch=settings.batching.max_batch,
             metrics=self.metrics.registry,
             slices=not preempts,
+            lanes_apart=self._executor.lanes_apart,
         )
         self._batcher = Batcher(
             self._lanes,

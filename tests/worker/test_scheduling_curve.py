@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from consumers.contract import Priority
 from worker.scheduling.curve import MIN_SAMPLES, RateStats, ThroughputCurve, beats
 from worker.scheduling.probes import BusyWindow, open_probe
 
@@ -90,3 +91,13 @@ def test_floor_is_the_expected_tail_of_a_batch_of_one() -> None:
     assert measured({8: 0.010}).floor_ms() is None  # one size: no line yet
     assert measured({8: 0.010, 16: 0.018}).floor_ms() == pytest.approx(3.0)
     assert measured({8: 0.010, 16: 0.009}).floor_ms() == pytest.approx(9.5)  # no slope < 0
+
+
+def test_busy_window_of_lanes_apart_is_the_busiest_lanes_fraction() -> None:
+    probe = BusyWindow(window_s=1.0)
+    probe.ran(0.0, 0.7, Priority.LOW)
+    probe.ran(0.1, 0.2, Priority.HIGH)
+    probe.ran(0.75, 0.9, Priority.HIGH)
+    assert probe.utilization(1.0) == pytest.approx(0.7)  # not 0.95: the threads run apart
+    probe.ran(0.9, 1.0, Priority.LOW)
+    assert probe.utilization(1.0) == pytest.approx(0.8)

@@ -105,3 +105,51 @@ def test_each_lane_is_cut_to_its_own_latency_target_from_the_curve(
     assert cap >= START_CAP
     assert 16 <= scheduler.limit("digits", Priority.HIGH) <= 20 < cap
     assert 8 <= scheduler.limit("digits", Priority.LOW) <= 10
+
+
+def _low_beside_high(scheduler: Scheduler, now: list[float], periods: range) -> None:
+    """Each 100 ms: a low batch busy 70 ms on its thread, and beside it five 5-ms high
+    batches of one on theirs (no backlog queued: utilization decides). Each batch is
+    reported when it ends, as the executor does."""
+    for period in periods:
+        start = period * 0.100
+        size = scheduler.limit("digits", Priority.LOW)
+        low = Batch("digits", [pending("digits", lane=Priority.LOW) for _ in range(size)], start)
+        low.lane = Priority.LOW
+        runs = [(low, start, 0.070)]
+        for i in range(5):
+            high = Batch("digits", [pending("digits", lane=Priority.HIGH)], start + i * 0.02)
+            high.lane = Priority.HIGH
+            runs.append((high, start + i * 0.02, 0.005))
+        for batch, started, seconds in sorted(runs, key=lambda r: r[1] + r[2]):
+            now[0] = started + seconds
+            scheduler.finished(batch, run_of(batch, started, seconds))
+
+
+def test_high_batches_on_their_own_thread_do_not_count_as_the_bulk_threads_load(
+    demo_registry: ModelRegistry,
+) -> None:
+    # Summed, 70% + 25% reads as busy (above max_util 80%) and the bulk cap shrinks;
+    # where lanes compute apart, the busiest lane's 70% is steady.
+    caps = {}
+    for apart in (True, False):
+        now = [0.0]
+        lanes = Lanes(capacity=100)
+        scheduler = Scheduler(
+            SchedulingConfig(),
+            demo_registry,
+            lanes,
+            max_batch=256,
+            metrics=CollectorRegistry(),
+            clock=lambda now=now: now[0],
+            slices=not apart,
+            lanes_apart=apart,
+        )
+        _low_beside_high(scheduler, now, range(30))  # past the probe's 2-s window
+        before = scheduler.limit("digits", Priority.LOW)
+        _low_beside_high(scheduler, now, range(30, 80))
+        caps[apart] = (before, scheduler.limit("digits", Priority.LOW))
+    before, after = caps[True]
+    assert after == before
+    before, after = caps[False]
+    assert after < before / 2

@@ -1,11 +1,12 @@
 """Utilization probes: how busy the compute device has been lately, as a 0..1 fraction.
 
-CPU: the compute thread's busy fraction over a sliding window, from the start and end
-of each batch it ran (``BusyWindow``, pure: the clock is passed in). GPU: NVML's device
-utilization (``pynvml`` from nvidia-ml-py), read on a timer thread, never on the hot
-path. NVML samples over 1/6 to 1 s and reads 100% whenever any kernel runs, so it is a
-coarse signal; the controller combines it with queue depth and measured throughput.
-Where NVML or CUDA is absent, ``open_probe`` returns the CPU probe, without error.
+CPU: the compute thread's busy fraction over a sliding window (the busiest lane's where
+lanes compute on threads of their own), from the start and end of each batch it ran
+(``BusyWindow``, pure: the clock is passed in). GPU: NVML's device utilization
+(``pynvml`` from nvidia-ml-py), read on a timer thread, never on the hot path. NVML
+samples over 1/6 to 1 s and reads 100% whenever any kernel runs, so it is a coarse
+signal; the controller combines it with queue depth and measured throughput. Where NVML
+or CUDA is absent, ``open_probe`` returns the CPU probe, without error.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import threading
 from collections import deque
 from typing import Protocol
 
+from consumers.contract import Priority
+
 log = logging.getLogger(__name__)
 
 
 class Probe(Protocol):
-    def ran(self, started_s: float, ended_s: float) -> None:
-        """The compute thread ran a batch from ``started_s`` to ``ended_s`` (monotonic)."""
+    def ran(self, started_s: float, ended_s: float, lane: Priority | None = None) -> None:
+        """A batch computed from ``started_s`` to ``ended_s`` (monotonic); ``lane``: on
+        that lane's own compute (lane threads), None: on the one compute thread."""
 
     def utilization(self, now_s: float) -> float | None:
         """0..1 over the recent past; None before the first measurement."""
@@ -30,25 +34,29 @@ class Probe(Protocol):
 
 
 class BusyWindow:
-    """Busy fraction of one compute thread over the last ``window_s`` (the CPU probe)."""
+    """Busy fraction of the compute over the last ``window_s`` (the CPU probe): of the one
+    compute thread, or, where lanes compute apart, of the busiest lane's. Summed across
+    lanes, a high lane's batches running beside a bulk backlog on a thread of their own
+    would read as load on the backlog's thread, and its cap would shrink."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
-        self._spans: deque[tuple[float, float]] = deque()
-        self._measured = False
+        self._spans: dict[Priority | None, deque[tuple[float, float]]] = {}
 
-    def ran(self, started_s: float, ended_s: float) -> None:
-        self._spans.append((started_s, ended_s))
-        self._measured = True
+    def ran(self, started_s: float, ended_s: float, lane: Priority | None = None) -> None:
+        self._spans.setdefault(lane, deque()).append((started_s, ended_s))
 
     def utilization(self, now_s: float) -> float | None:
-        if not self._measured:
+        if not self._spans:
             return None
         since = now_s - self.window_s
-        while self._spans and self._spans[0][1] <= since:
-            self._spans.popleft()
-        busy = sum(min(end, now_s) - max(start, since) for start, end in self._spans)
-        return min(1.0, max(0.0, busy / self.window_s))
+        busiest = 0.0
+        for spans in self._spans.values():
+            while spans and spans[0][1] <= since:
+                spans.popleft()
+            busy = sum(min(end, now_s) - max(start, since) for start, end in spans)
+            busiest = max(busiest, busy)
+        return min(1.0, max(0.0, busiest / self.window_s))
 
     def close(self) -> None:
         pass
@@ -78,7 +86,7 @@ class NvmlProbe:
                 log.debug("NVML utilization read failed: %s", exc)
             self._stop.wait(self._every_s)
 
-    def ran(self, started_s: float, ended_s: float) -> None:
+    def ran(self, started_s: float, ended_s: float, lane: Priority | None = None) -> None:
         pass  # NVML measures the device itself
 
     def utilization(self, now_s: float) -> float | None:

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from consumers.contract import Priority
 from worker.config import SchedulingConfig
 from worker.executor import BatchRun
-from worker.lanes import LANE_ORDER, Lanes
+from worker.lanes import LANE_ORDER, Lanes, lane_of
 from worker.models import ModelRegistry
 from worker.pending import Batch, Pending
 from worker.scheduling.controller import BatchController, Observation
@@ -40,6 +40,7 @@ class Scheduler:
         metrics: CollectorRegistry,
         clock: Callable[[], float] = time.monotonic,
         slices: bool = True,
+        lanes_apart: bool = False,
     ) -> None:
         self.config = config
         self._registry = registry
@@ -59,6 +60,7 @@ class Scheduler:
         self._lane_targets_ms = config.lane_latency_targets_ms()
         # Off where the backend preempts a lower lane's batch (per-lane CPU threads).
         self._slice_ms = config.slice_ms if slices else None
+        self._lanes_apart = lanes_apart  # each lane computes on its own thread or stream
 
     def _controller(self, model: str) -> BatchController:
         """The model's controller; made on first sight for a model added later."""
@@ -132,7 +134,7 @@ class Scheduler:
     def finished(self, batch: Batch, run: BatchRun) -> None:
         ended = run.started_s + run.compute_s
         self._controller(batch.model)
-        self._probe.ran(run.started_s, ended)
+        self._probe.ran(run.started_s, ended, lane_of(batch) if self._lanes_apart else None)
         self._curves[batch.model].record(len(batch), run.compute_s, ended)
         self._batches[batch.model] += 1
         late = (p for p in batch.items if p.deadline_s is not None and p.deadline_s < ended)
