@@ -125,12 +125,12 @@ class Worker:
             session_timeout_ms=kafka.session_timeout_ms,
             security=kafka.security,
         )
-        # Two producers: aiokafka keeps one produce request in flight per broker, so a
-        # high result sent by the bulk results' producer would wait for a bulk chunk's
-        # acknowledgement, and take that one slot from the bulk chunks in turn.
-        self._egress, self._urgent_egress = (
-            Egress(
-                bootstrap=settings.bootstrap,
+
+        bootstrap = settings.bootstrap  # narrowed above; a closure would lose that
+
+        def egress(client_id: str, linger_ms: int) -> Egress:
+            return Egress(
+                bootstrap=bootstrap,
                 client_id=client_id,
                 linger_ms=linger_ms,
                 max_request_bytes=kafka.max_request_bytes,
@@ -138,11 +138,12 @@ class Worker:
                 stable_topics=frozenset({topics.results, topics.dead_letters}),
                 security=kafka.security,
             )
-            for client_id, linger_ms in (
-                (kafka.client_id, kafka.linger_ms),
-                (f"{kafka.client_id}-urgent", 0),
-            )
-        )
+
+        # Two producers: aiokafka keeps one produce request in flight per broker, so a
+        # high result sent by the bulk results' producer would wait for a bulk chunk's
+        # acknowledgement, and take that one slot from the bulk chunks in turn.
+        self._egress = egress(kafka.client_id, kafka.linger_ms)
+        self._urgent_egress = egress(f"{kafka.client_id}-urgent", 0)
         self._done = CompletionQueue()
         self._delivery: Delivery | None = None  # made in start(): it needs the database
         self._wake = asyncio.Event()  # new requests or a free executor slot

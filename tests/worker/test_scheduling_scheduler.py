@@ -114,12 +114,12 @@ def _low_beside_high(scheduler: Scheduler, now: list[float], periods: range) -> 
     for period in periods:
         start = period * 0.100
         size = scheduler.limit("digits", Priority.LOW)
-        low = Batch("digits", [pending("digits", lane=Priority.LOW) for _ in range(size)], start)
-        low.lane = Priority.LOW
+        items = [pending("digits", lane=Priority.LOW) for _ in range(size)]
+        low = Batch("digits", items, start, lane=Priority.LOW)
         runs = [(low, start, 0.070)]
         for i in range(5):
-            high = Batch("digits", [pending("digits", lane=Priority.HIGH)], start + i * 0.02)
-            high.lane = Priority.HIGH
+            one = [pending("digits", lane=Priority.HIGH)]
+            high = Batch("digits", one, start + i * 0.02, lane=Priority.HIGH)
             runs.append((high, start + i * 0.02, 0.005))
         for batch, started, seconds in sorted(runs, key=lambda r: r[1] + r[2]):
             now[0] = started + seconds
