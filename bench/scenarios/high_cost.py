@@ -1,13 +1,14 @@
 """High cost (opt-in, ``--only high_cost``): what high requests cost a backlog, in one worker.
 
-One worker with its lanes, a digits backlog on the low topic. After a warm-up, windows
-of ``high_cost_window_s`` alternate: the backlog alone, then the backlog while `high`
-digits requests arrive at ``high_cost_rate_hz`` (above the priority scenario's 20/s, so
-that the cost per high request stands out of the machine's noise), ``high_cost_pairs``
-times. Neighbouring windows of the same worker share the machine's state of the moment,
-so the pair ratio (backlog rate with high requests over without) moves far less than a
-comparison across runs. Settings under test come from the environment
-(``INFERLANE_*``), as in every scenario.
+Per backlog model (the plan's models), one worker with its lanes and that model's
+backlog on the low topic. After a warm-up, windows of ``high_cost_window_s`` alternate:
+the backlog alone, then the backlog while `high` digits requests arrive at
+``high_cost_rate_hz`` (above the priority scenario's 20/s, so that the cost per high
+request stands out of the machine's noise), ``high_cost_pairs`` times. Neighbouring
+windows of the same worker share the machine's state of the moment, so the pair ratio
+(backlog rate with high requests over without) moves far less than a comparison across
+runs. Settings under test come from the environment (``INFERLANE_*``), as in every
+scenario.
 """
 
 from __future__ import annotations
@@ -27,26 +28,27 @@ from bench.scenarios.common import (
     read_for,
     read_while_alive,
 )
-from bench.scenarios.priority import MODEL, low_rate, send_high
+from bench.scenarios.priority import low_rate, send_high
 
 WARM_S = 8.0  # the first seconds after the first result: caches, curve, chunk sizes settle
-BACKLOG_RPS = 12_000  # more than this VM's digits rate: the backlog outlasts the windows
+# More than this VM's rate per backlog model: the backlog outlasts the windows.
+BACKLOG_RPS = {"digits": 12_000, "minilm": 400}
 
 
-async def _windows(ctx: Context) -> tuple[list[float], list[float], list[float], float]:
-    """The backlog's rate in each window without and with high requests, the worker's
-    CPU (cores) in each window, in order, and its peak RSS."""
+async def _windows(ctx: Context, model: str) -> tuple[list[float], list[float], list[float], float]:
+    """The ``model`` backlog's rate in each window without and with high requests, the
+    worker's CPU (cores) in each window, in order, and its peak RSS."""
     plan = ctx.plan
     window_s, rate_hz = plan.high_cost_window_s, plan.high_cost_rate_hz
-    backlog = int(BACKLOG_RPS * (WARM_S + 2 * plan.high_cost_pairs * window_s + 4))
-    db = ctx.path("high_cost.db")
+    backlog = int(BACKLOG_RPS[model] * (WARM_S + 2 * plan.high_cost_pairs * window_s + 4))
+    db = ctx.path(f"high_cost-{model}.db")
     db.unlink(missing_ok=True)
     off: list[float] = []
     on: list[float] = []
     cpu: list[float] = []
-    system = on_fresh_broker(inferlane(ctx, db), ctx.path("logs/high_cost.log"))
+    system = on_fresh_broker(inferlane(ctx, db), ctx.path(f"logs/high_cost-{model}.log"))
     async with system as (bootstrap, reader, service):
-        await publish(bootstrap, TOPICS.low, workloads.records(MODEL, backlog, prefix="bulk"))
+        await publish(bootstrap, TOPICS.low, workloads.records(model, backlog, prefix="bulk"))
         await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
         await read_for(reader, service, WARM_S)
         for i in range(2 * plan.high_cost_pairs):
@@ -68,20 +70,24 @@ async def _windows(ctx: Context) -> tuple[list[float], list[float], list[float],
     return off, on, cpu, peak
 
 
-def run(ctx: Context) -> Measured:
-    off, on, cpu, peak = asyncio.run(_windows(ctx))
+def run(ctx: Context) -> list[Measured]:
+    return [_measure(ctx, model) for model in ctx.plan.models]
+
+
+def _measure(ctx: Context, model: str) -> Measured:
+    off, on, cpu, peak = asyncio.run(_windows(ctx, model))
     pairs = [b / a for a, b in zip(off, on, strict=True) if a > 0]
     median = statistics.median(pairs)
     rate_hz = ctx.plan.high_cost_rate_hz
     ctx.say(
-        f"  high cost, digits backlog, {rate_hz:.0f} high/s: backlog with over without "
+        f"  high cost, {model} backlog, {rate_hz:.0f} high/s: backlog with over without "
         f"high requests, median {median:.3f} of {len(pairs)} pairs (min {min(pairs):.3f}, "
         f"max {max(pairs):.3f}); windows without {', '.join(f'{r:,.0f}' for r in off)}/s, "
         f"with {', '.join(f'{r:,.0f}' for r in on)}/s"
     )
     return Measured(
         "high_cost",
-        MODEL,
+        model,  # the backlog's; the high requests are digits
         "inferlane-lanes",
         statistics.median(on),
         math.nan,  # no latencies: a rate scenario
