@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import attrgetter
 from types import TracebackType
@@ -57,18 +58,36 @@ class ResultStore:
         ``also`` runs last in that transaction (a job's checkpoint); if it raises, the
         whole write rolls back.
         """
-        if not (results or drift or offsets or also):
+        self.write_values(self.values(results, drift, offsets), also)
+
+    def values(
+        self, results: Sequence[ResultRow], drift: Sequence[DriftRow], offsets: Sequence[OffsetRow]
+    ) -> WriteValues:
+        """The parameters of one write, as plain tuples: what ``write_values`` takes,
+        here or in another process (``storage.write_process``)."""
+        # A key repeated within one batch is collapsed first (last row wins).
+        latest = {row.request_id: row for row in results}
+        latest_drift = {row.request_id: row for row in drift}
+        return WriteValues(
+            list(map(self._result_values, latest.values())),
+            list(map(self._drift_values, latest_drift.values())),
+            _offset_params(offsets),
+        )
+
+    def write_values(
+        self, values: WriteValues, also: Callable[[Connection], None] | None = None
+    ) -> None:
+        """``write``, from parameters ``values`` built."""
+        if not (values or also):
             return
         with classified_errors(), begin_write(self._engine) as conn:
             # One executemany per table; empty parameter lists would run it once, bare.
-            if results:
-                latest = {row.request_id: row for row in results}
-                self._results.execute(conn, map(self._result_values, latest.values()))
-            if drift:
-                latest_drift = {row.request_id: row for row in drift}
-                self._drift.execute(conn, map(self._drift_values, latest_drift.values()))
-            if offsets:
-                conn.execute(self._upserts.offsets, _offset_params(offsets))
+            if values.results:
+                self._results.execute(conn, values.results)
+            if values.drift:
+                self._drift.execute(conn, values.drift)
+            if values.offsets:
+                conn.execute(self._upserts.offsets, values.offsets)
             if also is not None:
                 also(conn)
 
@@ -98,6 +117,19 @@ class ResultStore:
 # A key repeated within one batch is collapsed first (last row wins; highest offset
 # wins): some drivers send a batch as one multi-row INSERT, and PostgreSQL refuses to
 # update the same row twice in one statement.
+
+
+@dataclass(frozen=True, slots=True)
+class WriteValues:
+    """One write's parameters: result and drift rows in their statements' column order,
+    offsets by column name. Plain values, so they pickle cheaply."""
+
+    results: list[tuple[Any, ...]]
+    drift: list[tuple[Any, ...]]
+    offsets: list[dict[str, Any]]
+
+    def __bool__(self) -> bool:
+        return bool(self.results or self.drift or self.offsets)
 
 
 def _offset_params(rows: Sequence[OffsetRow]) -> list[dict[str, Any]]:

@@ -101,6 +101,14 @@ class SinkConfig(_Frozen):
     # Outcomes per Kafka produce round: the event loop hands each to the producer in one
     # go, so this bounds how long a bulk chunk holds the loop (and a high result).
     max_chunk: int = Field(default=256, ge=1)
+    # Results written by a child process (``storage.write_process``), off the event
+    # loop's interpreter lock, instead of a thread of the worker: a digits backlog
+    # drains faster, and the loop, busier with it, answers high requests later
+    # (docs/BENCHMARKS.md). Not for an in-memory SQLite database (one per process).
+    write_process: bool = False
+    # How far below the worker's CPU priority the writer process runs (0-19): results
+    # are on Kafka before SQL, so the write can wait while the loop and high lane run.
+    write_nice: int = Field(default=10, ge=0, le=19)
     retry_backoff_s: float = Field(default=0.5, gt=0)
     retry_backoff_max_s: float = Field(default=10.0, gt=0)
 

@@ -28,6 +28,7 @@ from consumers.offsets import OffsetTracker, TopicPartitionKey
 from consumers.records import RawRecord
 from consumers.topics import ensure_topics
 from storage import ResultStore
+from storage.write_process import WriterProcess
 from worker.admission import Admission
 from worker.backpressure import bulk_room, paused_topics
 from worker.batcher import Batcher
@@ -74,6 +75,7 @@ class Worker:
         self._registry = registry
         registry.configure(settings.model_store, self.metrics.registry)
         self._store: ResultStore | None = None
+        self._writer: WriterProcess | None = None
         self._lanes = Lanes(settings.lanes.capacity, single_lane=settings.lanes.single_lane)
         self._executor = choose_executor(registry, settings.compute, self.metrics.registry)
         # A backend that preempts needs no slices, and riders would only lengthen a
@@ -182,10 +184,13 @@ class Worker:
         self._models_warm = True
         self._scheduler.start()
         self._gc.start()  # after the warm-up: what exists now lives as long as the process
+        if s.sink.write_process:
+            self._writer = WriterProcess(self._store, s.database_url, nice=s.sink.write_nice)
+            await asyncio.to_thread(self._writer.start)
         sink = Sink(
             egress=self._egress,
             urgent_egress=self._urgent_egress,
-            store=self._store,
+            store=self._writer or self._store,
             results_topic=s.topics.results,
             dead_letter_topic=s.topics.dead_letters,
             group_id=s.kafka.group_id,
@@ -287,6 +292,8 @@ class Worker:
             await _bounded(deadline, "the drift windows", self._drift.stop())
         if self._rollouts is not None:
             await _bounded(deadline, "the rollouts", self._rollouts.stop())
+        if self._writer is not None:
+            await _bounded(deadline, "the SQL writer", asyncio.to_thread(self._writer.close))
         if self._store is not None:
             await _bounded(deadline, "the database", asyncio.to_thread(self._store.close))
         await self._ops.stop()

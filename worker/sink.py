@@ -22,14 +22,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from aiokafka.errors import KafkaError
 
 from consumers.egress import Egress, OutRecord, Refused
 from consumers.offsets import TopicPartitionKey
 from consumers.records import DeadLetter
-from storage import DriftRow, OffsetRow, ResultRow, ResultStore, RowsRefused, StoreUnavailable
+from storage import DriftRow, OffsetRow, ResultRow, RowsRefused, StoreUnavailable
 from worker.config import SinkConfig
 from worker.pending import Outcome
 from worker.refusals import Refusals
@@ -43,13 +43,22 @@ T = TypeVar("T")
 INLINE_RECORDS = 8
 
 
+class RowWriter(Protocol):
+    """``storage.ResultStore`` or ``storage.write_process.WriterProcess``: one blocking
+    transaction per call, raising ``StoreUnavailable`` or ``RowsRefused``."""
+
+    def write(
+        self, results: Sequence[ResultRow], drift: Sequence[DriftRow], offsets: Sequence[OffsetRow]
+    ) -> None: ...
+
+
 class Sink:
     def __init__(
         self,
         *,
         egress: Egress,
         urgent_egress: Egress | None = None,
-        store: ResultStore,
+        store: RowWriter,
         results_topic: str,
         dead_letter_topic: str,
         group_id: str,

@@ -3,6 +3,7 @@ mid-stream, restart it, and every request id ends with exactly one SQL row."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+import psutil
 import pytest
 from sqlalchemy import text
 
@@ -26,8 +28,14 @@ from .support import read_topic, wait_for_rows
 N = 12_000
 
 
-def start_worker(bootstrap: str, db: Path, models: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "INFERLANE_MODEL_CACHE": str(models.parent)}
+def start_worker(
+    bootstrap: str, db: Path, models: Path, *, write_process: bool = False
+) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "INFERLANE_MODEL_CACHE": str(models.parent),
+        "INFERLANE_SINK__WRITE_PROCESS": str(write_process).lower(),
+    }
     return subprocess.Popen(
         [
             sys.executable,
@@ -57,26 +65,37 @@ def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
         proc.wait()
 
 
+@pytest.mark.parametrize("write_process", [False, True], ids=["writer-thread", "writer-process"])
 def test_kill_9_then_restart_loses_and_duplicates_nothing(
     broker: EmbeddedBroker,
     tmp_path: Path,
     demo_registry_path: Path,
     workers: list[subprocess.Popen[bytes]],
+    write_process: bool,
 ) -> None:
     db = tmp_path / "x.db"
     requests = digits_requests(N)
     with InferlaneClient(broker.bootstrap) as client:
         client.publish(requests)  # to inferlane.requests; the worker creates the rest
 
-    workers.append(start_worker(broker.bootstrap, db, demo_registry_path))
+    start = functools.partial(
+        start_worker, broker.bootstrap, db, demo_registry_path, write_process=write_process
+    )
+    workers.append(start())
     engine = make_engine(f"sqlite:///{db}")
     try:
         done = _wait_until_some(engine, workers[0], minimum=500)
+        children = psutil.Process(workers[0].pid).children(recursive=True)
+        spawned = any("spawn_main" in " ".join(c.cmdline()) for c in children)
+        assert spawned == write_process  # the writer runs where the setting says
         workers[0].send_signal(signal.SIGKILL)
         workers[0].wait()
         assert done < N, "the worker finished before it could be killed mid-stream"
+        # A writer process (or any other child) does not outlive the worker it served.
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive
 
-        workers.append(start_worker(broker.bootstrap, db, demo_registry_path))
+        workers.append(start())
         assert wait_for_rows(engine, N, timeout_s=120) == N
         with engine.connect() as conn:
             ids = {row[0] for row in conn.execute(text("SELECT request_id FROM inference_results"))}

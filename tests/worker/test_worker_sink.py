@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import orjson
+import pytest
 from e2e.support import read_topic
 from pipeline_factories import record
 from sqlalchemy import select
@@ -15,10 +16,11 @@ from consumers.contract import DeadLetterHeaders, InferenceResult, Latency, Prio
 from consumers.egress import Egress
 from storage import ResultStore, result_counts
 from storage.schema import consumer_offsets, inference_results
+from storage.write_process import WriterProcess
 from worker.broker import EmbeddedBroker
 from worker.config import SinkConfig
 from worker.pending import Outcome
-from worker.sink import Sink
+from worker.sink import RowWriter, Sink
 
 RESULTS, DLQ = "inferlane.results", "inferlane.requests.dlq"
 
@@ -57,7 +59,7 @@ async def make_egress(bootstrap: str) -> Egress:
 
 
 async def make_sink(
-    bootstrap: str, store: ResultStore, urgent_egress: Egress | None = None
+    bootstrap: str, store: RowWriter, urgent_egress: Egress | None = None
 ) -> tuple[Sink, Egress]:
     egress = await make_egress(bootstrap)
     sink = Sink(
@@ -73,16 +75,17 @@ async def make_sink(
     return sink, egress
 
 
+@pytest.mark.parametrize("child", [False, True], ids=["writer-thread", "writer-process"])
 async def test_a_row_the_database_refuses_is_dead_lettered_and_the_rest_commits(
-    broker: EmbeddedBroker, db_url: str
+    broker: EmbeddedBroker, db_url: str, child: bool
 ) -> None:
     # SQLite refuses the NaN drift row (stored as NULL, NOT NULL column); PostgreSQL
     # refuses the NUL character. Admission keeps both out; this is the safety net.
     good = [outcome(f"ok-{i}", drift=(1.0, 1.0), offset=i) for i in range(7)]
     bad = outcome("bad", model="m\x00", drift=(float("nan"), 1.0), offset=7)
     chunk = [*good[:3], bad, *good[3:]]
-    with ResultStore(db_url) as store:
-        sink, egress = await make_sink(broker.bootstrap, store)
+    with ResultStore(db_url) as store, WriterProcess(store, db_url) as process:
+        sink, egress = await make_sink(broker.bootstrap, process if child else store)
         try:
             await asyncio.wait_for(sink.persist(chunk, {("inferlane.requests", 0): 8}), 60)
         finally:
