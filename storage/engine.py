@@ -33,6 +33,15 @@ def make_engine(url: str) -> Engine:
     )
 
 
+def in_memory_sqlite(url: str) -> bool:
+    """Whether ``url`` names an in-memory SQLite database: one per connection's process,
+    so nothing another process writes to it is seen here."""
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and (
+        parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory"
+    )
+
+
 def redacted_url(url: str) -> str:
     """``url`` with its password shown as ``***``: the form to print or log."""
     try:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from types import TracebackType
 
+from storage.engine import in_memory_sqlite
 from storage.errors import RowsRefused, StoreUnavailable
 from storage.records import DriftRow, OffsetRow, ResultRow
 from storage.writer import ResultStore, WriteValues
@@ -43,6 +44,8 @@ class WriterProcess:
     ready; a write starts it too, if it is not running."""
 
     def __init__(self, store: ResultStore, url: str, *, nice: int = 0) -> None:
+        if in_memory_sqlite(url):
+            raise ValueError("an in-memory SQLite database cannot be written by another process")
         self._store = store  # turns rows into parameters; its dialect is the child's
         self._url = url
         self._nice = nice

@@ -65,7 +65,9 @@ class ResultStore:
     ) -> WriteValues:
         """The parameters of one write, as plain tuples: what ``write_values`` takes,
         here or in another process (``storage.write_process``)."""
-        # A key repeated within one batch is collapsed first (last row wins).
+        # A key repeated within one batch is collapsed first (last row wins; highest
+        # offset wins): some drivers send a batch as one multi-row INSERT, and
+        # PostgreSQL refuses to update the same row twice in one statement.
         latest = {row.request_id: row for row in results}
         latest_drift = {row.request_id: row for row in drift}
         return WriteValues(
@@ -112,11 +114,6 @@ class ResultStore:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-# A key repeated within one batch is collapsed first (last row wins; highest offset
-# wins): some drivers send a batch as one multi-row INSERT, and PostgreSQL refuses to
-# update the same row twice in one statement.
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,3 +94,12 @@ def test_close_ends_the_child(store: ResultStore, db_url: str) -> None:
 
     assert writer.pid is None
     assert not process.is_running()
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite://", "sqlite:///:memory:", "sqlite:///file:w?mode=memory&uri=true"]
+)
+def test_an_in_memory_sqlite_database_is_refused(store: ResultStore, url: str) -> None:
+    """The child would write to a database of its own, which the worker never sees."""
+    with pytest.raises(ValueError, match="in-memory"):
+        WriterProcess(store, url)

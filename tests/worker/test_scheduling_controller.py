@@ -245,6 +245,44 @@ def test_after_settling_a_workload_change_is_explored_at_once(seed: int) -> None
     assert homes(after)[-1] > 40
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_after_settling_a_few_slow_seconds_are_not_a_workload_change(seed: int) -> None:
+    """Every size 40% slower for 3 s (a shared VM's slow stretch), at minilm's pace on
+    this VM (~200 items/s, 16 batches ~2.5 s): one window departs, the next does not."""
+    slowed = [False]
+
+    def forward_s(size: int) -> float:
+        return 5 * plateau(size) / (0.6 if slowed[0] else 1.0)
+
+    controller, curve = make(latency_target_ms=10_000), ThroughputCurve()
+    before = simulate(
+        controller, noisy(forward_s, seed), arrival_rps=100_000, ticks=600, curve=curve
+    )
+    assert before.reasons[-1] == "settled"
+    home = controller.cap
+    slowed[0] = True
+    during = simulate(
+        controller,
+        noisy(forward_s, seed + 100),
+        arrival_rps=100_000,
+        ticks=12,
+        curve=curve,
+        start_s=600 * TICK_S,
+    )
+    slowed[0] = False
+    after = simulate(
+        controller,
+        noisy(forward_s, seed + 200),
+        arrival_rps=100_000,
+        ticks=80,
+        curve=curve,
+        start_s=612 * TICK_S,
+    )
+    reasons = during.reasons + after.reasons
+    assert "drift" not in reasons and "explore" not in reasons
+    assert set(during.caps + after.caps) == {home}
+
+
 @pytest.mark.parametrize(("gain", "reason"), [(1.08, "back"), (1.3, "best")])
 def test_a_neighbour_ahead_by_less_than_the_noise_does_not_take_over(
     gain: float, reason: str
