@@ -129,10 +129,13 @@ def test_text_collate_pads_to_the_longest_and_truncates(text: TextEmbeddingAdapt
     assert set(batch) == {"input_ids", "attention_mask", "token_type_ids"}
     assert batch["input_ids"].shape == (2, 21)  # [CLS] 19 words [SEP]
     assert batch["attention_mask"].sum(dim=1).tolist() == [3, 21]
-    assert text.cost(short) < text.cost(long) and text.variable_cost
+    # The cost is the row's unpadded width in the batch: its tokens, exactly.
+    assert [text.cost(short), text.cost(long)] == batch["attention_mask"].sum(dim=1).tolist()
+    assert text.variable_cost
 
     capped = TextEmbeddingAdapter(get_model_path() / "tokenizer.json", max_tokens=8)
     assert capped.collate(["word " * 50])["input_ids"].shape == (1, 8)
+    assert capped.cost("word " * 50) == 8
 
 
 def test_text_split_and_no_drift(text: TextEmbeddingAdapter) -> None:
