@@ -93,8 +93,11 @@ def test_labels_join_before_and_after_their_result(store: ResultStore) -> None:
     assert join_labels(store.engine, [ready], _pair, 60)[0].outcome == JOINED
     assert join_labels(store.engine, [_label("before", 1)], _pair, 60)[0].outcome == DUPLICATE
     assert ready_labels(store.engine) == []
-    [window] = read_windows(store.engine)
-    assert (window.labelled, window.wrong) == (2, 1)  # 3 == 3 right, 3 != 5 wrong
+    # The two joins land in one 60 s window, or in two when a window boundary passes
+    # between them.
+    windows = read_windows(store.engine)
+    counts = (sum(w.labelled for w in windows), sum(w.wrong for w in windows))
+    assert counts == (2, 1)  # 3 == 3 right, 3 != 5 wrong
 
 
 def test_a_label_that_does_not_fit_is_rejected_with_the_reason(store: ResultStore) -> None:
