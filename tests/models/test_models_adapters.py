@@ -155,3 +155,19 @@ def test_text_drift_is_the_cosine_distance_to_an_expected_vector(
         text.drift([1.0, 0.0], [1.0])
     with pytest.raises(BadInput):
         text.drift([1.0, 0.0], [0.0, 0.0])
+
+
+def test_float_outputs_are_their_float32_values_in_shortest_form(
+    digits: ClassifierAdapter, text: TextEmbeddingAdapter
+) -> None:
+    """Each value reads back as the model's float32 exactly, written in the fewest
+    digits that do so (as jobs write them), not as its 17-digit double."""
+    output = torch.randn(3, 10, generator=torch.Generator().manual_seed(0))
+    embeddings = cast(list[list[float]], text.split(output, 3))
+    probs = [cast(dict[str, Any], o)["probs"] for o in digits.split(output, 3)]
+    np.testing.assert_array_equal(np.asarray(embeddings, dtype=np.float32), output.numpy())
+    expected = torch.softmax(output, dim=1).numpy()
+    np.testing.assert_array_equal(np.asarray(probs, dtype=np.float32), expected)
+    for value in embeddings[0] + probs[0]:
+        assert repr(value) == str(np.float32(value))  # numpy prints a float32's shortest form
+    assert len(repr(embeddings[0])) < len(repr(output[0].tolist()))
