@@ -218,6 +218,26 @@ def test_a_clearly_better_size_is_found_through_the_noise(seed: int) -> None:
     assert 60 <= homes(trace)[-1] <= 100
 
 
+def stage(
+    controller: BatchController,
+    curve: ThroughputCurve,
+    forward_s: Callable[[int], float],
+    *,
+    seed: int,
+    ticks: int,
+    start_tick: int = 0,
+) -> Trace:
+    """One stage of a saturated run that goes on over the same curve and clock."""
+    return simulate(
+        controller,
+        noisy(forward_s, seed),
+        arrival_rps=100_000,
+        ticks=ticks,
+        curve=curve,
+        start_s=start_tick * TICK_S,
+    )
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_after_settling_a_workload_change_is_explored_at_once(seed: int) -> None:
     slowed = [False]
@@ -228,19 +248,10 @@ def test_after_settling_a_workload_change_is_explored_at_once(seed: int) -> None
         return 0.001 * size if slowed[0] else plateau(size)
 
     controller, curve = make(latency_target_ms=10_000), ThroughputCurve()
-    before = simulate(
-        controller, noisy(forward_s, seed), arrival_rps=100_000, ticks=200, curve=curve
-    )
+    before = stage(controller, curve, forward_s, seed=seed, ticks=200)
     assert before.reasons[-1] == "settled" and controller.cap <= 40
     slowed[0] = True
-    after = simulate(
-        controller,
-        noisy(forward_s, seed + 100),
-        arrival_rps=100_000,
-        ticks=40,
-        curve=curve,
-        start_s=200 * TICK_S,
-    )
+    after = stage(controller, curve, forward_s, seed=seed + 100, ticks=40, start_tick=200)
     assert "drift" in after.reasons  # 10 s, far before SETTLED_STALE_S
     assert homes(after)[-1] > 40
 
@@ -255,29 +266,13 @@ def test_after_settling_a_few_slow_seconds_are_not_a_workload_change(seed: int) 
         return 5 * plateau(size) / (0.6 if slowed[0] else 1.0)
 
     controller, curve = make(latency_target_ms=10_000), ThroughputCurve()
-    before = simulate(
-        controller, noisy(forward_s, seed), arrival_rps=100_000, ticks=600, curve=curve
-    )
+    before = stage(controller, curve, forward_s, seed=seed, ticks=600)
     assert before.reasons[-1] == "settled"
     home = controller.cap
     slowed[0] = True
-    during = simulate(
-        controller,
-        noisy(forward_s, seed + 100),
-        arrival_rps=100_000,
-        ticks=12,
-        curve=curve,
-        start_s=600 * TICK_S,
-    )
+    during = stage(controller, curve, forward_s, seed=seed + 100, ticks=12, start_tick=600)
     slowed[0] = False
-    after = simulate(
-        controller,
-        noisy(forward_s, seed + 200),
-        arrival_rps=100_000,
-        ticks=80,
-        curve=curve,
-        start_s=612 * TICK_S,
-    )
+    after = stage(controller, curve, forward_s, seed=seed + 200, ticks=80, start_tick=612)
     reasons = during.reasons + after.reasons
     assert "drift" not in reasons and "explore" not in reasons
     assert set(during.caps + after.caps) == {home}

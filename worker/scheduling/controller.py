@@ -206,7 +206,8 @@ class BatchController:
     def _drifted(self, settled: _Settled, now_s: float, curve: ThroughputCurve) -> bool:
         """Whether the cap's rate departs from its settled rate, either way, in two
         windows in a row: its latest batches, then the ``CONFIRM`` that ended after that
-        was seen. On this VM the rate moves > 20% for a few seconds at a time; the
+        was seen (recorded in ``departed_s``; cleared when the second window does not
+        depart). On a shared VM the rate moves > 20% for a few seconds at a time; the
         re-exploration that set off showed as the cap's variation (docs/SCHEDULING.md)."""
         if settled.departed_s is None:
             if self._departs(settled, curve, since_s=settled.at_s):
