@@ -9,6 +9,13 @@ records can take a loaded broker hundreds of milliseconds to serve: a high reque
 must not wait for it. That consumer joins no group: it reads the urgent partitions the
 group assigns to this member (kept paused on the group's consumer), from the group's
 committed offsets unless the owner seeks elsewhere; commits go through the group.
+
+Each consumer keeps one fetch in flight, and the broker holds an empty one for the
+fetch's max wait (Tansu holds every fetch that long, data or not), so a short wait is a
+poll: a cost in CPU on both sides, paid only where it buys latency. The group's
+consumer waits longer while its owner says it is busy (``pace_bulk``), and the urgent
+reader once its topics have been quiet for ``URGENT_QUIET_AFTER_S``; its first record
+after that switches it back.
 """
 
 from __future__ import annotations
@@ -24,6 +31,14 @@ from consumers.records import RawRecord, SourceRef
 from consumers.security import KafkaSecurity
 
 PartitionsCallback = Callable[[set[TopicPartitionKey]], Awaitable[None]]
+
+URGENT_QUIET_AFTER_S = 10.0
+
+
+def _set_max_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
+    """From the consumer's next fetch request on. aiokafka has no public setter; its
+    fetcher (made by ``start()``) reads this attribute for every request it builds."""
+    consumer._fetcher._fetch_max_wait_ms = wait_ms
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -52,6 +67,8 @@ class Ingress:
         max_message_bytes: int,
         session_timeout_ms: int,
         urgent_max_wait_ms: int | None = None,
+        busy_max_wait_ms: int | None = None,
+        quiet_max_wait_ms: int | None = None,
         security: KafkaSecurity | None = None,
     ) -> None:
         self._topics = topics
@@ -73,8 +90,15 @@ class Ingress:
             heartbeat_interval_ms=max(1000, session_timeout_ms // 10),
             **common,
         )
-        urgent = {**common, "fetch_max_wait_ms": urgent_max_wait_ms or max_wait_ms}
+        urgent_wait_ms = urgent_max_wait_ms or max_wait_ms
+        urgent = {**common, "fetch_max_wait_ms": urgent_wait_ms}
         self._urgent_reader = AIOKafkaConsumer(**urgent) if urgent_topics else None
+        # (normal pace, slow pace)
+        self._bulk_waits = (max_wait_ms, busy_max_wait_ms or max_wait_ms)
+        self._urgent_waits = (urgent_wait_ms, quiet_max_wait_ms or urgent_wait_ms)
+        self._bulk_wait_ms = max_wait_ms
+        self._urgent_wait_ms = urgent_wait_ms
+        self._urgent_seen_s = time.monotonic()  # the reader starts polling as if just used
         # Partitions whose records fetch() leaves in the consumer for now (backpressure).
         # Not paused in aiokafka: that throws a partition's fetched data away, to be
         # fetched again, in a reference cycle only a full collector pass frees. aiokafka
@@ -142,8 +166,12 @@ class Ingress:
         if not wanted or limit < 1:  # getmany() of no partitions would take every one
             await asyncio.sleep(timeout_ms / 1000)
             return []
+        if urgent:
+            self._pace_urgent()
         batches = await consumer.getmany(*wanted, timeout_ms=timeout_ms, max_records=limit)
         now = time.monotonic()
+        if urgent and batches:
+            self._urgent_seen_s = now
         return [
             RawRecord(SourceRef(m.topic, m.partition, m.offset), m.key, m.value, now, m.timestamp)
             for messages in batches.values()
@@ -158,6 +186,27 @@ class Ingress:
                 self._held.add(tp)
             else:
                 self._held.discard(tp)
+
+    def pace_bulk(self, slow: bool) -> None:
+        """Whether the group's consumer polls slowly: its owner says so while whatever
+        it brings would wait behind records already taken, or could not be taken."""
+        wait_ms = self._bulk_waits[slow]
+        if wait_ms != self._bulk_wait_ms:
+            _set_max_wait(self._consumer, wait_ms)
+            self._bulk_wait_ms = wait_ms
+
+    def _pace_urgent(self) -> None:
+        assert self._urgent_reader is not None
+        quiet = time.monotonic() - self._urgent_seen_s >= URGENT_QUIET_AFTER_S
+        wait_ms = self._urgent_waits[quiet]
+        if wait_ms != self._urgent_wait_ms:
+            _set_max_wait(self._urgent_reader, wait_ms)
+            self._urgent_wait_ms = wait_ms
+
+    def fetch_waits_ms(self) -> tuple[int, int | None]:
+        """The max wait of the group consumer's next fetch, and of the urgent reader's
+        (None without one)."""
+        return self._bulk_wait_ms, self._urgent_wait_ms if self._urgent_reader else None
 
     def assignment(self) -> set[TopicPartitionKey]:
         return {_key(tp) for tp in self._consumer.assignment()}

@@ -1,4 +1,5 @@
-"""Which lane topics to pause: Kafka keeps their records while the worker catches up."""
+"""Which lane topics to pause, and when to poll them slowly: Kafka keeps their records
+while the worker catches up."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import math
 from consumers.contract import Priority
 from worker.inflight import InFlight
 from worker.lanes import Lanes
+
+# A bulk lane that has not been empty for this long is behind: a record fetched sooner
+# would only queue longer.
+BEHIND_AFTER_S = 1.0
 
 
 def bulk_limit(*, high_reserve: float, single_lane: bool) -> float:
@@ -44,3 +49,15 @@ def paused_topics(
         if lanes.lane_for(lane).full or load >= limit:
             paused.add(topic)
     return paused
+
+
+def bulk_fetches_slow(
+    lane_of_topic: dict[str, Priority], lanes: Lanes, paused: set[str], *, now_s: float
+) -> bool:
+    """Whether the bulk topics' consumer may poll slowly: every bulk topic is paused (it
+    could bring nothing the worker would take), or a bulk lane is behind."""
+    bulk = {topic for topic, lane in lane_of_topic.items() if lane != Priority.HIGH}
+    if bulk <= paused:
+        return True
+    since = (lanes.lane_for(lane).waiting_since_s for lane in (Priority.NORMAL, Priority.LOW))
+    return any(s is not None and now_s - s >= BEHIND_AFTER_S for s in since)

@@ -47,6 +47,13 @@ class KafkaConfig(_Frozen):
     # The same for the high topic's own reader: a high record waits up to this long in
     # the broker. Shorter costs an empty fetch round trip that often while it is idle.
     urgent_fetch_max_wait_ms: int = Field(default=5, ge=1)
+    # Polls cost CPU in the worker and the broker (an idle worker on Tansu: 0.2 cores).
+    # The group's consumer waits this long while a bulk lane is behind (not empty for
+    # 1 s) or every bulk topic is paused: what it brings would only wait...
+    busy_fetch_max_wait_ms: int = Field(default=100, ge=1)
+    # ...and the high topic's reader once it has had no record for 10 s (its next fetch
+    # after a record waits urgent_fetch_max_wait_ms again).
+    quiet_urgent_fetch_max_wait_ms: int = Field(default=25, ge=1)
     max_message_bytes: int = Field(default=1_048_576, ge=1024)  # larger requests: rejected
     # Tansu holds a join for about half of this: short keeps startup and rebalances quick.
     session_timeout_ms: int = Field(default=10_000, ge=6_000)

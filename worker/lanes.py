@@ -63,6 +63,9 @@ class Lane:
         self._size = 0
         self._deadlines: list[tuple[float, int, Pending]] = []
         self._timed: set[int] = set()  # ids of waiting items that have a deadline
+        # Receipt of the item that found the lane empty (None: empty now): a lane that
+        # has not been empty for long is behind, whatever its depth.
+        self.waiting_since_s: float | None = None
 
     def __len__(self) -> int:
         return self._size
@@ -76,6 +79,8 @@ class Lane:
         if queue is None:
             queue = self._by_model[item.model] = deque()
         queue.append(item)
+        if not self._size:
+            self.waiting_since_s = item.received_s
         self._size += 1
         if item.deadline_s is not None:
             heapq.heappush(self._deadlines, (item.deadline_s, next(_tie), item))
@@ -153,6 +158,8 @@ class Lane:
 
     def _forget(self, gone: list[Pending]) -> None:
         self._size -= len(gone)
+        if not self._size:
+            self.waiting_since_s = None
         for p in gone:
             self._timed.discard(id(p))
         # Entries of items taken before their deadline leave the heap lazily; rebuild it

@@ -30,7 +30,7 @@ from consumers.topics import ensure_topics
 from storage import ResultStore
 from storage.write_process import WriterProcess
 from worker.admission import Admission
-from worker.backpressure import bulk_room, paused_topics
+from worker.backpressure import bulk_fetches_slow, bulk_room, paused_topics
 from worker.batcher import Batcher
 from worker.completion import CompletionQueue
 from worker.config import ComputeConfig, WorkerSettings
@@ -123,6 +123,8 @@ class Worker:
             max_records=kafka.fetch_max_records,
             max_wait_ms=kafka.fetch_max_wait_ms,
             urgent_max_wait_ms=kafka.urgent_fetch_max_wait_ms,
+            busy_max_wait_ms=kafka.busy_fetch_max_wait_ms,
+            quiet_max_wait_ms=kafka.quiet_urgent_fetch_max_wait_ms,
             max_message_bytes=kafka.max_message_bytes,
             session_timeout_ms=kafka.session_timeout_ms,
             security=kafka.security,
@@ -366,14 +368,17 @@ class Worker:
     def _apply_backpressure(self) -> None:
         self.metrics.in_flight.set(len(self._in_flight))
         self.metrics.queued.set(len(self._lanes))
-        self._ingress.set_paused(
-            paused_topics(
-                self._lane_of_topic,
-                self._lanes,
-                load=self._in_flight.load,
-                high_reserve=self.settings.lanes.high_reserve,
-            )
+        paused = paused_topics(
+            self._lane_of_topic,
+            self._lanes,
+            load=self._in_flight.load,
+            high_reserve=self.settings.lanes.high_reserve,
         )
+        self._ingress.set_paused(paused)
+        if self._ingress.has_urgent:  # else the same consumer reads the high topic
+            self._ingress.pace_bulk(
+                bulk_fetches_slow(self._lane_of_topic, self._lanes, paused, now_s=time.monotonic())
+            )
 
     # -- schedule ----------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The ingress fetches urgent topics on a consumer of their own (real broker): each fetch
 returns one kind, pausing reaches that consumer, and a new member of the group resumes
-the urgent topic where the group committed."""
+the urgent topic where the group committed; each consumer polls slowly when told (bulk)
+or when quiet (urgent)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ import asyncio
 import gc
 import time
 import weakref
+from collections.abc import Awaitable, Callable
 
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.protocol.fetch import FetchRequest
 from kafka import KafkaProducer
 
+from consumers import ingress as ingress_module
 from consumers.ingress import Ingress
 from consumers.offsets import TopicPartitionKey
 from consumers.records import RawRecord
@@ -29,6 +35,9 @@ def ingress(bootstrap: str) -> Ingress:
         client_id="c",
         max_records=100,
         max_wait_ms=10,
+        urgent_max_wait_ms=10,
+        busy_max_wait_ms=200,
+        quiet_max_wait_ms=200,
         max_message_bytes=4096,
         session_timeout_ms=6_000,
     )
@@ -145,5 +154,73 @@ async def test_a_fetch_takes_no_more_than_asked_and_the_rest_follows(
         assert await consumer.fetch(50, max_records=0) == []
         rest = await fetch_n(consumer, 300 - 7, urgent=False)
         assert [r.source.offset for r in rest] == list(range(7, 300))
+    finally:
+        await consumer.stop()
+
+
+def fetches_sent(monkeypatch: pytest.MonkeyPatch, consumer: AIOKafkaConsumer) -> list[int]:
+    """A running count of the fetch requests ``consumer``'s real client sends."""
+    sent = [0]
+    client = consumer._client
+    send = client.send
+
+    async def counting(node_id: int, request: object, *args: object, **kwargs: object) -> object:
+        sent[0] += isinstance(request, FetchRequest)
+        return await send(node_id, request, *args, **kwargs)
+
+    monkeypatch.setattr(client, "send", counting)
+    return sent
+
+
+async def fetches_in(sent: list[int], seconds: float, poll: Callable[[], Awaitable[object]]) -> int:
+    before, end = sent[0], time.monotonic() + seconds
+    while time.monotonic() < end:
+        await poll()
+    return sent[0] - before
+
+
+async def test_the_bulk_consumer_polls_slowly_while_told_the_worker_is_busy(
+    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await published(broker.bootstrap, {BULK: 1, URGENT: 0})
+    consumer, joined = await started(broker.bootstrap)
+    try:
+        await asyncio.wait_for(joined.wait(), 30)
+        await fetch_n(consumer, 1, urgent=False)
+        sent = fetches_sent(monkeypatch, consumer._consumer)
+        poll = lambda: consumer.fetch(50, urgent=False)  # noqa: E731
+        brisk = await fetches_in(sent, 1.0, poll)  # the broker holds each fetch 10 ms
+        consumer.pace_bulk(True)
+        assert consumer.fetch_waits_ms()[0] == 200
+        await asyncio.sleep(0.05)  # the last 10 ms fetch returns
+        slow = await fetches_in(sent, 1.0, poll)
+        assert brisk >= 25 and slow <= 7, (brisk, slow)
+        consumer.pace_bulk(False)
+        assert consumer.fetch_waits_ms()[0] == 10
+    finally:
+        await consumer.stop()
+
+
+async def test_the_urgent_reader_polls_slowly_once_quiet_and_briskly_after_a_record(
+    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingress_module, "URGENT_QUIET_AFTER_S", 1.0)
+    await published(broker.bootstrap, {BULK: 0, URGENT: 0})
+    consumer, joined = await started(broker.bootstrap)
+    try:
+        await asyncio.wait_for(joined.wait(), 30)
+        assert consumer._urgent_reader is not None
+        sent = fetches_sent(monkeypatch, consumer._urgent_reader)
+        poll = lambda: consumer.fetch(50, urgent=True)  # noqa: E731
+        await fetches_in(sent, 1.1, poll)  # no record: quiet from here on
+        assert consumer.fetch_waits_ms()[1] == 200
+        quiet = await fetches_in(sent, 1.0, poll)
+        assert quiet <= 7, quiet
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+        producer.send(URGENT, b"u0").get(timeout=10)
+        producer.close()
+        assert [r.value for r in await fetch_n(consumer, 1, urgent=True)] == [b"u0"]
+        await consumer.fetch(50, urgent=True)
+        assert consumer.fetch_waits_ms()[1] == 10
     finally:
         await consumer.stop()

@@ -1,12 +1,13 @@
 """Backpressure: full lanes pause their topic; the in-flight budget (records and bytes)
-pauses bulk topics first and the high topic at its end."""
+pauses bulk topics first and the high topic at its end; the bulk topics are polled
+slowly while a bulk lane is behind or all of them are paused."""
 
 from __future__ import annotations
 
 from pipeline_factories import pending, record
 
 from consumers.contract import Priority
-from worker.backpressure import bulk_room, paused_topics
+from worker.backpressure import BEHIND_AFTER_S, bulk_fetches_slow, bulk_room, paused_topics
 from worker.inflight import InFlight
 from worker.lanes import Lanes
 
@@ -72,3 +73,26 @@ def test_a_bulk_fetch_is_bounded_so_it_cannot_spend_the_high_reserve() -> None:
     assert paused(Lanes(capacity=10_000), budget.load) == {"t.normal", "t.low"}
     assert bulk_room(budget, high_reserve=0.1, single_lane=False) == 0
     assert bulk_room(budget, high_reserve=0.1, single_lane=True) == 100  # no reserve
+
+
+def slow(lanes: Lanes, paused: set[str], now_s: float) -> bool:
+    return bulk_fetches_slow(TOPICS, lanes, paused, now_s=now_s)
+
+
+def test_bulk_fetches_slow_down_only_once_a_bulk_lane_stays_behind() -> None:
+    lanes = Lanes(capacity=100)
+    assert not slow(lanes, set(), 50.0)
+    lanes.push(pending(lane=Priority.LOW, received_s=10.0))
+    lanes.push(pending(lane=Priority.LOW, received_s=10.9))
+    assert not slow(lanes, set(), 10.0 + BEHIND_AFTER_S / 2)
+    assert slow(lanes, set(), 10.0 + BEHIND_AFTER_S)  # counted from the first item
+    lanes.lane_for(Priority.LOW).take("m", 2)
+    assert not slow(lanes, set(), 20.0)  # emptied: on time again
+    lanes.push(pending(lane=Priority.HIGH, received_s=0.0))
+    assert not slow(lanes, set(), 20.0)  # the high lane has its own reader
+
+
+def test_bulk_fetches_slow_down_while_every_bulk_topic_is_paused() -> None:
+    lanes = Lanes(capacity=100)
+    assert slow(lanes, {"t.normal", "t.low"}, 0.0)
+    assert not slow(lanes, {"t.low"}, 0.0)

@@ -153,6 +153,24 @@ def test_remove_if_empties_a_model_queue_completely() -> None:
     assert len(lane) == 0 and lane.oldest() is None and lane.count("a") == 0
 
 
+def test_a_lane_knows_since_when_it_has_not_been_empty() -> None:
+    lane = Lane(Priority.NORMAL, capacity=10)
+    assert lane.waiting_since_s is None
+    lane.push(pending("a", received_s=5.0))
+    lane.push(pending("b", received_s=6.0))
+    assert lane.waiting_since_s == 5.0
+    lane.take("a", 1)
+    assert lane.waiting_since_s == 5.0  # never empty since
+    lane.take("b", 1)
+    assert lane.waiting_since_s is None
+    lane.push(pending("a", received_s=8.0, deadline_s=9.0))
+    assert lane.waiting_since_s == 8.0
+    assert len(lane.expire(9.0)) == 1 and lane.waiting_since_s is None
+    lane.push(pending("a", received_s=10.0))
+    lane.remove_if(lambda p: True)
+    assert lane.waiting_since_s is None
+
+
 @pytest.mark.parametrize("limit", [1, 2, 3, 7])
 def test_take_never_returns_more_than_the_limit(limit: int) -> None:
     lane = Lane(Priority.NORMAL, capacity=100)
