@@ -35,10 +35,21 @@ PartitionsCallback = Callable[[set[TopicPartitionKey]], Awaitable[None]]
 URGENT_QUIET_AFTER_S = 10.0
 
 
-def _set_max_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
-    """From the consumer's next fetch request on. aiokafka has no public setter; its
-    fetcher (made by ``start()``) reads this attribute for every request it builds."""
-    consumer._fetcher._fetch_max_wait_ms = wait_ms
+class _Pace:
+    """One consumer's fetch max wait: brisk or slow, from its next fetch request on."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, brisk_ms: int, slow_ms: int) -> None:
+        self._consumer = consumer
+        self._waits = (brisk_ms, slow_ms)
+        self.wait_ms = brisk_ms  # what the consumer was made with
+
+    def set(self, slow: bool) -> None:
+        wait_ms = self._waits[slow]
+        if wait_ms != self.wait_ms:
+            # aiokafka has no public setter; its fetcher (made by start()) reads this
+            # attribute for every request it builds.
+            self._consumer._fetcher._fetch_max_wait_ms = wait_ms
+            self.wait_ms = wait_ms
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -93,11 +104,12 @@ class Ingress:
         urgent_wait_ms = urgent_max_wait_ms or max_wait_ms
         urgent = {**common, "fetch_max_wait_ms": urgent_wait_ms}
         self._urgent_reader = AIOKafkaConsumer(**urgent) if urgent_topics else None
-        # (normal pace, slow pace)
-        self._bulk_waits = (max_wait_ms, busy_max_wait_ms or max_wait_ms)
-        self._urgent_waits = (urgent_wait_ms, quiet_max_wait_ms or urgent_wait_ms)
-        self._bulk_wait_ms = max_wait_ms
-        self._urgent_wait_ms = urgent_wait_ms
+        self._bulk_pace = _Pace(self._consumer, max_wait_ms, busy_max_wait_ms or max_wait_ms)
+        self._urgent_pace = (
+            _Pace(self._urgent_reader, urgent_wait_ms, quiet_max_wait_ms or urgent_wait_ms)
+            if self._urgent_reader is not None
+            else None
+        )
         self._urgent_seen_s = time.monotonic()  # the reader starts polling as if just used
         # Partitions whose records fetch() leaves in the consumer for now (backpressure).
         # Not paused in aiokafka: that throws a partition's fetched data away, to be
@@ -166,8 +178,9 @@ class Ingress:
         if not wanted or limit < 1:  # getmany() of no partitions would take every one
             await asyncio.sleep(timeout_ms / 1000)
             return []
-        if urgent:
-            self._pace_urgent()
+        if self._urgent_pace is not None and urgent:
+            quiet = time.monotonic() - self._urgent_seen_s >= URGENT_QUIET_AFTER_S
+            self._urgent_pace.set(slow=quiet)
         batches = await consumer.getmany(*wanted, timeout_ms=timeout_ms, max_records=limit)
         now = time.monotonic()
         if urgent and batches:
@@ -190,23 +203,13 @@ class Ingress:
     def pace_bulk(self, slow: bool) -> None:
         """Whether the group's consumer polls slowly: its owner says so while whatever
         it brings would wait behind records already taken, or could not be taken."""
-        wait_ms = self._bulk_waits[slow]
-        if wait_ms != self._bulk_wait_ms:
-            _set_max_wait(self._consumer, wait_ms)
-            self._bulk_wait_ms = wait_ms
-
-    def _pace_urgent(self) -> None:
-        assert self._urgent_reader is not None
-        quiet = time.monotonic() - self._urgent_seen_s >= URGENT_QUIET_AFTER_S
-        wait_ms = self._urgent_waits[quiet]
-        if wait_ms != self._urgent_wait_ms:
-            _set_max_wait(self._urgent_reader, wait_ms)
-            self._urgent_wait_ms = wait_ms
+        self._bulk_pace.set(slow)
 
     def fetch_waits_ms(self) -> tuple[int, int | None]:
         """The max wait of the group consumer's next fetch, and of the urgent reader's
         (None without one)."""
-        return self._bulk_wait_ms, self._urgent_wait_ms if self._urgent_reader else None
+        urgent = self._urgent_pace.wait_ms if self._urgent_pace is not None else None
+        return self._bulk_pace.wait_ms, urgent
 
     def assignment(self) -> set[TopicPartitionKey]:
         return {_key(tp) for tp in self._consumer.assignment()}
