@@ -28,7 +28,7 @@ from bench.scenarios.common import (
     read_for,
     read_while_alive,
 )
-from bench.scenarios.priority import low_rate, send_high
+from bench.scenarios.priority import build_high, low_rate, send_high
 
 WARM_S = 8.0  # the first seconds after the first result: caches, curve, chunk sizes settle
 # More than this VM's rate per backlog model: the backlog outlasts the windows.
@@ -49,6 +49,7 @@ async def _windows(ctx: Context, model: str) -> tuple[list[float], list[float], 
     system = on_fresh_broker(inferlane(ctx, db), ctx.path(f"logs/high_cost-{model}.log"))
     async with system as (bootstrap, reader, service):
         await publish(bootstrap, TOPICS.low, workloads.records(model, backlog, prefix="bulk"))
+        build_high()
         await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)
         await read_for(reader, service, WARM_S)
         for i in range(2 * plan.high_cost_pairs):
