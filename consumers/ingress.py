@@ -11,11 +11,11 @@ group assigns to this member (kept paused on the group's consumer), from the gro
 committed offsets unless the owner seeks elsewhere; commits go through the group.
 
 Each consumer keeps one fetch in flight, and the broker holds an empty one for the
-fetch's max wait (Tansu holds every fetch that long, data or not), so a short wait is a
-poll: a cost in CPU on both sides, paid only where it buys latency. The group's
-consumer waits longer while its owner says it is busy (``pace_bulk``), and the urgent
-reader once its topics have been quiet for ``URGENT_QUIET_AFTER_S``; its first record
-after that switches it back.
+fetch's max wait (Tansu sees a record that lands meanwhile only at its next look, up to
+about half the wait later), so a short wait is a poll: a cost in CPU on both sides,
+paid only where it buys latency. The group's consumer waits longer while its owner says
+it is busy (``pace_bulk``), and the urgent reader once its topics have been quiet for
+``URGENT_QUIET_AFTER_S``; its first record after that switches it back.
 """
 
 from __future__ import annotations

@@ -41,8 +41,9 @@ class KafkaConfig(_Frozen):
     # Records one fetch hands over: the event loop turns each into a record object in
     # one go, so this bounds how long a bulk fetch holds the loop (and a high record).
     fetch_max_records: int = Field(default=500, ge=1)
-    # Longest a fetch waits for data; Tansu holds an empty fetch this long even once data
-    # arrives, so it bounds latency at low load (aiokafka's default 500 ms gave p50 150 ms).
+    # Longest a fetch waits for data. Tansu looks for data as a fetch comes, then after
+    # sleeping half the time left, and so on: a record that lands meanwhile waits for
+    # the next look, up to about half of this (aiokafka's default 500 ms gave p50 150 ms).
     fetch_max_wait_ms: int = Field(default=20, ge=1)
     # The same for the high topic's own reader: a high record waits up to this long in
     # the broker. Shorter costs an empty fetch round trip that often while it is idle.
