@@ -45,8 +45,9 @@ class KafkaConfig(_Frozen):
     # sleeping half the time left, and so on: a record that lands meanwhile waits for
     # the next look, up to about half of this (aiokafka's default 500 ms gave p50 150 ms).
     fetch_max_wait_ms: int = Field(default=20, ge=1)
-    # The same for the high topic's own reader: a high record waits up to this long in
-    # the broker. Shorter costs an empty fetch round trip that often while it is idle.
+    # The same for the high topic's own reader: a high record waits in the broker for
+    # its next look, up to about half of this. Shorter costs an empty fetch round trip
+    # that often while it is idle.
     urgent_fetch_max_wait_ms: int = Field(default=5, ge=1)
     # Polls cost CPU in the worker and the broker (an idle worker and its Tansu took
     # 0.2 cores with the two waits above alone).
