@@ -309,3 +309,26 @@ def test_a_trip_that_never_sees_its_size_returns_home() -> None:
     assert waiting == Decision(64, "explore")
     curve.record(40, 0.04, 11.0)
     assert controller.decide(Observation(11.0, 1.0, 10_000, 1), curve) == Decision(32, "back")
+
+
+def test_a_size_chosen_in_a_fast_moment_is_judged_by_its_rate_after_settling() -> None:
+    """Every size runs 1,000 items/s, but the first trip to 64 lands in a fast moment
+    (30% faster: a shared VM's noise is correlated over seconds) and 64 takes over.
+    Later the machine runs 12% slower for a while: less than ``DRIFT``, so not a
+    workload change. Measured against the batches that chose 64 (10% above its true
+    rate) it would read as one; measured against 64's batches after settling, not."""
+    controller, curve = make(latency_target_ms=10_000), ThroughputCurve()
+    lucky, now, reasons = [4], 0.0, []
+    for k in range(400):
+        size = controller.cap
+        for j in range(2):  # two batches a decision, each within 3% of the rate
+            rate = 1000.0 * (1 + 0.03 * ((2 * k + j) % 3 - 1)) * (0.88 if k >= 100 else 1.0)
+            if size == 64 and lucky[0] > 0:
+                rate, lucky[0] = rate * 1.3, lucky[0] - 1
+            now += size / rate
+            curve.record(size, size / rate, now)
+        reasons.append(controller.decide(Observation(now, 1.0, 10_000, 2), curve).reason)
+    assert reasons.index("best") < reasons.index("settled") < 100  # 64, by the fast batches
+    assert controller.cap == 64
+    assert "drift" not in reasons
+    assert reasons[-300:] == ["settled"] * 300

@@ -14,8 +14,9 @@ The adaptive policy keeps the rule where it is right and replaces it where it is
   ``HYSTERESIS`` and by more than the noise (``curve.beats``), else the cap returns.
   Once a round of trips leaves the cap where it is, the climb is settled: it explores
   again on a longer timer, or as soon as the cap's own rate departs from its settled
-  rate in two windows in a row (the workload changed, the optimum may have moved; a
-  shared machine's slow seconds pass within them);
+  rate (measured over its first batches after settling) in two windows in a row (the
+  workload changed, the optimum may have moved; a shared machine's slow seconds pass
+  within them);
 - backlog with an idle device: the device is not the bottleneck, bigger batches spread
   the per-batch cost, so grow;
 - headroom (no backlog): utilization decides, as in the rule.
@@ -82,7 +83,12 @@ class _Trip:
 @dataclass(frozen=True, slots=True)
 class _Settled:
     at_s: float
-    rate: RateStats  # the cap's rate when it settled
+    # The cap's rate over its first RECENT batches after settling (None: not yet), and
+    # when that was taken. Not the batches that chose the cap: a size wins its trip on
+    # rates that beat the others, so those run high (a fast moment of a shared machine
+    # lifts a few batches together), and its true rate after them read as a departure.
+    rate: RateStats | None = None
+    rate_s: float = 0.0
     departed_s: float | None = None  # when its rate was first seen departing; None: not
 
 
@@ -178,7 +184,7 @@ class BatchController:
                 self._trip = _Trip(cap, current, now_s, curve.recorded)
                 return Decision(neighbour, "explore")
         if self._settled is None:
-            self._settled = _Settled(now_s, current)
+            self._settled = _Settled(now_s)
         return Decision(cap, "settled")
 
     def _end_trip(self, trip: _Trip, curve: ThroughputCurve) -> Decision:
@@ -204,30 +210,37 @@ class BatchController:
         return Decision(trip.home, "back")
 
     def _drifted(self, settled: _Settled, now_s: float, curve: ThroughputCurve) -> bool:
-        """Whether the cap's rate departs from its settled rate, either way, in two
+        """Whether the cap's rate departs from its settled rate (its first ``RECENT``
+        batches after settling; until there are that many, no), either way, in two
         windows in a row: its latest batches, then the ``CONFIRM`` that ended after that
         was seen (recorded in ``departed_s``; cleared when the second window does not
         depart). On a shared VM the rate moves > 20% for a few seconds at a time; the
         re-exploration that set off showed as the cap's variation (docs/SCHEDULING.md)."""
+        reference = settled.rate
+        if reference is None:
+            if curve.count(self._cap, since_s=settled.at_s) >= RECENT:
+                rate = curve.rate_stats(self._cap, since_s=settled.at_s)
+                self._settled = replace(settled, rate=rate, rate_s=now_s)
+            return False
         if settled.departed_s is None:
-            if self._departs(settled, curve, since_s=settled.at_s):
+            if self._departs(reference, curve, since_s=settled.rate_s):
                 self._settled = replace(settled, departed_s=now_s)
             return False
         if curve.count(self._cap, since_s=settled.departed_s) < CONFIRM:
             return False  # the second window is not full yet
-        if self._departs(settled, curve, since_s=settled.departed_s, last=CONFIRM):
+        if self._departs(reference, curve, since_s=settled.departed_s, last=CONFIRM):
             return True
         self._settled = replace(settled, departed_s=None)
         return False
 
     def _departs(
-        self, settled: _Settled, curve: ThroughputCurve, *, since_s: float, last: int = RECENT
+        self, reference: RateStats, curve: ThroughputCurve, *, since_s: float, last: int = RECENT
     ) -> bool:
         recent = curve.rate_stats(self._cap, since_s=since_s, last=last)
         if recent is None:
             return False
-        return beats(recent, settled.rate, margin=DRIFT, z=Z) or beats(
-            settled.rate, recent, margin=DRIFT, z=Z
+        return beats(recent, reference, margin=DRIFT, z=Z) or beats(
+            reference, recent, margin=DRIFT, z=Z
         )
 
     def _neighbours(self, cap: int) -> list[int]:
