@@ -46,6 +46,19 @@ def test_rate_stats_reads_the_latest_batches_since_a_clock() -> None:
     assert curve.rate_stats(1, since_s=5.0) is None  # two batches only
 
 
+def test_a_rate_is_work_per_second_where_batches_carry_work() -> None:
+    """Text batches of one size, one band of lengths each: 8 then 40 tokens an item at
+    the same 4,000 tokens/s. Their items/s differ fivefold, their work/s not at all."""
+    curve = ThroughputCurve()
+    for at, tokens in enumerate((8, 40, 8, 40)):
+        curve.record(16, 16 * tokens / 4000, float(at), work=16 * tokens)
+    assert figures(curve.rate_stats(16)) == pytest.approx((4000, 0.0, 4))
+    curve.record(4, 0.002, 5.0)  # no work given: the items are the work
+    curve.record(4, 0.002, 6.0)
+    curve.record(4, 0.004, 7.0)
+    assert figures(curve.rate_stats(4)) == pytest.approx((5000 / 3, 0.346, 3), abs=1e-3)
+
+
 def test_beats_needs_the_margin_and_the_noise() -> None:
     quiet, base = RateStats(1100, 0.0, 16), RateStats(1000, 0.0, 16)
     assert beats(quiet, base, margin=0.03, z=2) and not beats(base, quiet, margin=0.03, z=2)

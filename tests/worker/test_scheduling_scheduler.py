@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from pipeline_factories import pending
 from prometheus_client import CollectorRegistry
 
@@ -85,6 +87,31 @@ def test_a_backlogged_busy_device_does_not_walk_the_cap_down(
     assert reasons["naive"].get("busy", 0) > 0
     assert "busy" not in reasons["adaptive"]
     assert sum(reasons["adaptive"].values()) == sum(reasons["naive"].values()) > 0
+
+
+def test_a_text_models_sizes_compare_on_tokens_per_second(
+    demo_registry: ModelRegistry,
+) -> None:
+    """minilm under a backlog, every size at 5,000 tokens/s. Batches at the model's cap
+    (64) happen to hold 40-token texts, any other size's 8-token texts (a length-grouped
+    batch is one band of lengths). In items/s the trips' batches run five times faster
+    and would take the cap; the scheduler gives its curve each batch's tokens (the
+    items' ``cost``), and the cap stays at 64."""
+    rng, now = random.Random(3), [0.0]
+    scheduler, lanes = make(demo_registry, now)
+    for _ in range(1000):
+        lanes.push(pending("minilm"))
+    caps = set()
+    while now[0] < 60:
+        size = scheduler.limit("minilm", Priority.NORMAL)
+        tokens = 40 if size == 64 else 8
+        batch = Batch("minilm", [pending("minilm", cost=tokens) for _ in range(size)], now[0])
+        took = size * tokens / (5000 * rng.gauss(1.0, 0.03))
+        scheduler.finished(batch, run_of(batch, now[0], took))
+        now[0] += took
+        caps.add(size)
+    assert len(caps) > 2  # trips were taken
+    assert scheduler.limit("minilm", Priority.NORMAL) == 64
 
 
 def test_each_lane_is_cut_to_its_own_latency_target_from_the_curve(

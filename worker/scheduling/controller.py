@@ -10,7 +10,7 @@ The adaptive policy keeps the rule where it is right and replaces it where it is
 - backlog (a full batch is waiting) with a busy device: climb the measured throughput
   curve. From the cap, take a short trip to each neighbour size not measured lately
   (double, half, one step up and down) that should meet the latency target; the
-  neighbour takes over only when its items/s beat the cap's by more than
+  neighbour takes over only when its work/s (``curve``) beat the cap's by more than
   ``HYSTERESIS`` and by more than the noise (``curve.beats``), else the cap returns.
   Once a round of trips leaves the cap where it is, the climb is settled: it explores
   again on a longer timer, or as soon as the cap's own rate departs from its settled

@@ -1,10 +1,16 @@
-"""The throughput curve: items/s and forward-pass times per batch size, learned online.
+"""The throughput curve: work/s and forward-pass times per batch size, learned online.
 
-Pure bookkeeping: batches are recorded with their size, compute time and a clock
+Pure bookkeeping: batches are recorded with their size, work, compute time and a clock
 reading; nothing here reads a clock. The best batch size moves from run to run
 (minilm's between 8 and 64 on one machine), so it is measured, never configured.
 Rates are compared with their noise (``beats``): on a shared CPU, neighbouring sizes
 often differ by less than one batch's rate varies from batch to batch.
+
+A batch's work is the sum of its items' costs (``Adapter.cost``): items for fixed-size
+inputs, tokens for text. Length-grouped text batches each hold one band of lengths, so
+their items/s follow the band (minilm's varied by 45-47% from batch to batch, their
+tokens/s by 7-8%: ``python -m bench.batch_rates``); over a steady workload the size
+with the most tokens/s is the size with the most items/s.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ MIN_SAMPLES = 3  # batches at a size before its figures count
 
 @dataclass(frozen=True, slots=True)
 class RateStats:
-    """Items/s over some recent batches at one size."""
+    """Work/s over some recent batches at one size."""
 
     mean: float
     spread: float  # standard deviation of one batch's rate, relative to the mean
@@ -40,11 +46,13 @@ def beats(a: RateStats, b: RateStats, *, margin: float, z: float) -> bool:
 @dataclass(slots=True)
 class SizeStats:
     compute_s: deque[float] = field(default_factory=lambda: deque(maxlen=_KEEP))
+    work: deque[float] = field(default_factory=lambda: deque(maxlen=_KEEP))  # their work
     at_s: deque[float] = field(default_factory=lambda: deque(maxlen=_KEEP))  # their clocks
     _ordered: list[float] | None = None  # compute_s sorted, kept until the next batch
 
-    def add(self, compute_s: float, now_s: float) -> None:
+    def add(self, compute_s: float, work: float, now_s: float) -> None:
         self.compute_s.append(compute_s)
+        self.work.append(work)
         self.at_s.append(now_s)
         self._ordered = None
 
@@ -60,10 +68,12 @@ class ThroughputCurve:
         self._sizes: dict[int, SizeStats] = {}
         self.recorded = 0  # batches recorded, every size
 
-    def record(self, size: int, compute_s: float, now_s: float) -> None:
+    def record(self, size: int, compute_s: float, now_s: float, work: float | None = None) -> None:
+        """One batch of ``size`` items; ``work``: their costs summed (None: ``size``)."""
         if size < 1 or compute_s <= 0:
             return
-        self._sizes.setdefault(size, SizeStats()).add(compute_s, now_s)
+        stats = self._sizes.setdefault(size, SizeStats())
+        stats.add(compute_s, size if work is None else work, now_s)
         self.recorded += 1
 
     def _known(self, size: int) -> SizeStats | None:
@@ -77,13 +87,13 @@ class ThroughputCurve:
     def rate_stats(
         self, size: int, *, since_s: float = -math.inf, last: int = RECENT
     ) -> RateStats | None:
-        """Items/s of the ``last`` batches at ``size`` that ended at or after ``since_s``.
+        """Work/s of the ``last`` batches at ``size`` that ended at or after ``since_s``.
         None: fewer than ``MIN_SAMPLES`` such batches."""
         stats = self._sizes.get(size)
         if stats is None:
             return None
-        times = [c for c, at in zip(stats.compute_s, stats.at_s, strict=True) if at >= since_s]
-        rates = [size / c for c in times[-last:]]
+        batches = zip(stats.compute_s, stats.work, stats.at_s, strict=True)
+        rates = [w / c for c, w, at in batches if at >= since_s][-last:]
         if len(rates) < MIN_SAMPLES:
             return None
         mean = sum(rates) / len(rates)

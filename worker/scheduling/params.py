@@ -19,7 +19,7 @@ class ControllerParams(BaseModel):
     # Tail of one batch's forward pass the model's cap may reach, in every lane (a
     # request that arrives while a batch runs waits for it). None: the lanes' own
     # targets (``scheduling.<lane>_latency_target_ms``) bound their batches, and the cap
-    # goes where the items/s are highest.
+    # goes where the throughput is highest.
     latency_target_ms: Annotated[float, Field(gt=0)] | None = None
     # Padded size cap: items x largest item cost (tokens for text, 1 per numeric item).
     max_batch_cost: Annotated[int, Field(ge=1)] | None = None

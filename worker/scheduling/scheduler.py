@@ -135,7 +135,8 @@ class Scheduler:
         ended = run.started_s + run.compute_s
         self._controller(batch.model)
         self._probe.ran(run.started_s, ended, lane_of(batch) if self._lanes_apart else None)
-        self._curves[batch.model].record(len(batch), run.compute_s, ended)
+        work = sum(p.cost for p in batch.items)
+        self._curves[batch.model].record(len(batch), run.compute_s, ended, work)
         self._batches[batch.model] += 1
         late = (p for p in batch.items if p.deadline_s is not None and p.deadline_s < ended)
         self._metrics.count(self._metrics.late, late)
