@@ -82,13 +82,14 @@ class _Trip:
 
 @dataclass(frozen=True, slots=True)
 class _Settled:
-    at_s: float
-    # The cap's rate over its first RECENT batches after settling (None: not yet), and
-    # when that was taken. Not the batches that chose the cap: a size wins its trip on
-    # rates that beat the others, so those run high (a fast moment of a shared machine
-    # lifts a few batches together), and its true rate after them read as a departure.
+    # The cap's batches that count end from here: from settling until ``rate`` is
+    # taken, then from that moment on (what the drift check compares with it).
+    since_s: float
+    # The cap's rate over its first RECENT batches after settling (None: not yet). Not
+    # the batches that chose the cap: a size wins its trip on rates that beat the
+    # others, so those run high (a fast moment of a shared machine lifts a few batches
+    # together), and its true rate after them read as a departure.
     rate: RateStats | None = None
-    rate_s: float = 0.0
     departed_s: float | None = None  # when its rate was first seen departing; None: not
 
 
@@ -218,12 +219,12 @@ class BatchController:
         re-exploration that set off showed as the cap's variation (docs/SCHEDULING.md)."""
         reference = settled.rate
         if reference is None:
-            if curve.count(self._cap, since_s=settled.at_s) >= RECENT:
-                rate = curve.rate_stats(self._cap, since_s=settled.at_s)
-                self._settled = replace(settled, rate=rate, rate_s=now_s)
+            if curve.count(self._cap, since_s=settled.since_s) >= RECENT:
+                rate = curve.rate_stats(self._cap, since_s=settled.since_s)
+                self._settled = replace(settled, since_s=now_s, rate=rate)
             return False
         if settled.departed_s is None:
-            if self._departs(reference, curve, since_s=settled.rate_s):
+            if self._departs(reference, curve, since_s=settled.since_s):
                 self._settled = replace(settled, departed_s=now_s)
             return False
         if curve.count(self._cap, since_s=settled.departed_s) < CONFIRM:
