@@ -9,7 +9,7 @@ often differ by less than one batch's rate varies from batch to batch.
 A batch's work is the sum of its items' costs (``Adapter.cost``): items for fixed-size
 inputs, tokens for text. Length-grouped text batches each hold one band of lengths, so
 their items/s follow the band (minilm's varied by 45-47% from batch to batch, their
-tokens/s by 7-8%: ``python -m bench.batch_rates``); over a steady workload the size
+tokens/s by 6.5-8%: ``python -m bench.batch_rates``); over a steady workload the size
 with the most tokens/s is the size with the most items/s.
 """
 
