@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from bench.measure import Arrival
 from bench.workloads import Record
@@ -54,13 +54,19 @@ class ResultsReader:
     """Reads the results topic from its beginning (no consumer group, no join delay).
 
     Values are kept as bytes and parsed after the run, so that the reader spends as
-    little CPU as it can while the system under test runs beside it.
+    little CPU as it can while the system under test runs beside it. Each offset counts
+    once: a fetch that brings records again (after a reset of the reader's position)
+    adds them to ``repeats``, not to the results; offsets a fetch jumps over add to
+    ``skipped``.
     """
 
     bootstrap: str
     topic: str = TOPICS.results
     arrivals: list[Arrival] = field(default_factory=list)
     count: int = 0
+    repeats: int = 0
+    skipped: int = 0
+    _next: dict[int, int] = field(default_factory=dict)  # per partition: the next offset
     _consumer: AIOKafkaConsumer | None = None
 
     async def start(self) -> ResultsReader:
@@ -91,13 +97,24 @@ class ResultsReader:
         """One fetch; returns how many results it brought."""
         assert self._consumer is not None, "start() first"
         batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=20_000)
-        messages = [m for msgs in batches.values() for m in msgs if m.value is not None]
+        messages = [m for msgs in batches.values() for m in msgs if self._first_time(m)]
         values = [m.value for m in messages]
         if values:
             stamps = [m.timestamp for m in messages]
             self.arrivals.append(Arrival(time.monotonic(), time.time(), values, stamps))
             self.count += len(values)
         return len(values)
+
+    def _first_time(self, m: ConsumerRecord[bytes, bytes]) -> bool:
+        """Whether ``m`` is a result not read before; tracks the partition's offsets."""
+        expected = self._next.get(m.partition)
+        if expected is not None and m.offset < expected:
+            self.repeats += 1
+            return False
+        if expected is not None:
+            self.skipped += m.offset - expected
+        self._next[m.partition] = m.offset + 1
+        return m.value is not None
 
     async def until(self, n: int, *, timeout_s: float, run_s: float | None = None) -> bool:
         """Read until ``n`` results, ``timeout_s`` overall, or ``run_s`` after the first

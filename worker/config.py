@@ -57,6 +57,9 @@ class KafkaConfig(_Frozen):
     # ...and the high topic's reader once it has had no record for 10 s (its next fetch
     # after a record waits urgent_fetch_max_wait_ms again).
     quiet_urgent_fetch_max_wait_ms: int = Field(default=25, ge=1)
+    # The group's offsets go to Kafka at most this often, the newest durable ones each
+    # time (SQL holds them for restarts; Kafka's copy is for the group's tools).
+    commit_interval_ms: int = Field(default=200, ge=1)
     max_message_bytes: int = Field(default=1_048_576, ge=1024)  # larger requests: rejected
     # Tansu holds a join for about half of this: short keeps startup and rebalances quick.
     session_timeout_ms: int = Field(default=10_000, ge=6_000)

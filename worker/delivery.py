@@ -1,27 +1,24 @@
 """Delivery: finished outcomes to Kafka, then to SQL with the offsets they complete,
-then the offsets to Kafka.
+then the offsets to Kafka (coalesced, ``worker.commits``).
 
-Three tasks: one publish stream per completion stream (urgent, bulk), so a high result
-never waits behind a bulk chunk's produce or SQL write, and one persist task that runs
-beside them, so one chunk's SQL write overlaps the next one's produce. When SQL falls
-behind, bulk publishing waits for one of two slots; urgent chunks never wait.
+Four tasks: one publish stream per completion stream (urgent, bulk), so a high result
+never waits behind a bulk chunk's produce or SQL write; one persist task that runs
+beside them, so one chunk's SQL write overlaps the next one's produce; and the offset
+commits. When SQL falls behind, bulk publishing waits for one of two slots; urgent
+chunks never wait.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from consumers.contract import Priority
 from consumers.offsets import OffsetTracker, TopicPartitionKey
+from worker.commits import CoalescedCommits, Commit
 from worker.completion import BULK, URGENT, CompletionQueue
 from worker.pending import Outcome
 from worker.sink import Sink
-
-log = logging.getLogger(__name__)
-
-Commit = Callable[[dict[TopicPartitionKey, int]], Awaitable[None]]
 
 
 class Delivery:
@@ -32,13 +29,14 @@ class Delivery:
         tracker: OffsetTracker,
         *,
         commit: Commit,
+        commit_interval_s: float,
         max_chunk: int,
         on_durable: Callable[[Sequence[Outcome]], None],
     ) -> None:
         self._sink = sink
         self._done = done
         self._tracker = tracker
-        self._commit = commit  # the consumer group's offset commit
+        self._commits = CoalescedCommits(commit, commit_interval_s)
         self._max_chunk = max_chunk
         self._on_durable = on_durable
         # Published chunks waiting for SQL, with whether each holds a bulk slot.
@@ -51,6 +49,7 @@ class Delivery:
             asyncio.create_task(self._publish(URGENT), name="inferlane-publish-urgent"),
             asyncio.create_task(self._publish(BULK), name="inferlane-publish"),
             asyncio.create_task(self._persist(), name="inferlane-persist"),
+            asyncio.create_task(self._commits.run(), name="inferlane-commit"),
         ]
 
     async def finish_write(self) -> None:
@@ -58,6 +57,14 @@ class Delivery:
         either durable or replayed, never half-written."""
         if self._writing is not None:
             await asyncio.shield(self._writing)
+
+    async def commit_now(self, then_forget: Iterable[TopicPartitionKey] = ()) -> None:
+        """Commit the durable offsets to Kafka now (partitions change hands, or the
+        worker stops), then drop what is pending for ``then_forget``."""
+        try:
+            await self._commits.flush()
+        finally:  # even if the commit overran its time: they are no longer ours
+            self._commits.forget(then_forget)
 
     async def _publish(self, lanes: tuple[Priority, ...]) -> None:
         """Results and dead letters to Kafka, acknowledged."""
@@ -97,8 +104,5 @@ class Delivery:
         self, chunk: Sequence[Outcome], offsets: dict[TopicPartitionKey, int]
     ) -> None:
         await self._sink.persist(chunk, offsets)
-        try:
-            await self._commit(offsets)
-        except Exception as exc:  # SQL holds the offsets; Kafka's copy catches up later
-            log.warning("offset commit to Kafka failed (%s); SQL has them", exc)
+        self._commits.add(offsets)
         self._on_durable(chunk)

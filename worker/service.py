@@ -204,6 +204,7 @@ class Worker:
             self._done,
             self._tracker,
             commit=self._ingress.commit,
+            commit_interval_s=s.kafka.commit_interval_ms / 1000,
             max_chunk=s.sink.max_chunk,
             on_durable=self._durable,
         )
@@ -281,6 +282,7 @@ class Worker:
         await _cancelled(self._tasks, deadline)
         if self._delivery is not None:
             await _bounded(deadline, "the SQL write", self._delivery.finish_write())
+            await _bounded(deadline, "the offset commit", self._delivery.commit_now())
         if self._failed is not None and not self._failed.done():
             self._failed.cancel()
         await _bounded(deadline, "leaving the group", self._ingress.stop())
@@ -522,6 +524,9 @@ class Worker:
                 deadline = time.monotonic() + self.settings.lanes.rebalance_drain_s
                 done = self._until(lambda: self._in_flight.count_in(revoked) == 0)
                 await _bounded(deadline, "the revoked partitions' work", done)
+            if self._delivery is not None:
+                commit = self._delivery.commit_now(then_forget=revoked)
+                await _bounded(time.monotonic() + _STEP_GRACE_S, "the offset commit", commit)
             self._tracker.forget(revoked)
 
 

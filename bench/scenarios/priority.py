@@ -187,6 +187,8 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
         "low_backlog": low,
         "low_done_at_end": low_done,
         "saturated": low_done < low,  # the backlog outlasted the high requests
+        "reader_repeats": reader.repeats,  # results a reset of the reader brought again
+        "reader_skipped": reader.skipped,
         "server_p50_ms": in_worker.p50_ms,
         "server_p99_ms": in_worker.p99_ms,
         "produced_p50_ms": produced.p50_ms,
@@ -203,6 +205,12 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
         f"{', '.join(f'{r:,.0f}' for r in alone)}/s alone around them: "
         f"{'-' if judged is None else f'{judged:.3f}'} of its solo rate (median); "
         f"saturated={extra_out['saturated']}"
+        + (
+            f"; the reader's position was reset: {reader.repeats:,} results read again "
+            f"(counted once), {reader.skipped:,} offsets skipped"
+            if reader.repeats or reader.skipped
+            else ""
+        )
     )
     return Measured(
         "priority",
