@@ -87,7 +87,7 @@ async def test_two_workers_share_a_distributed_job_and_each_row_is_scored_once(
     assert table.column("id").to_pylist() == [f"id-{i}" for i in range(N)]
     model = demo_registry.get("digits")
     labels = [o["label"] for o in model.run(list(digits(N)[0]))]  # type: ignore[index]
-    assert table.column("label").to_pylist() == labels
+    assert table.column("predicted_label").to_pylist() == labels
     assert orjson.loads(errors_path(output).read_bytes())["row"] == N
 
 

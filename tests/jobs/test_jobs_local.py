@@ -82,7 +82,7 @@ def test_each_format_round_trips_in_input_order_with_ids(
     table = read_output(output)
     assert table.column("row").to_pylist() == list(range(N))
     assert table.column("id").to_pylist() == [f"id-{i}" for i in range(N)]
-    assert table.column("label").to_pylist() == expected_labels(demo_registry, N)
+    assert table.column("predicted_label").to_pylist() == expected_labels(demo_registry, N)
     assert errors_path(output).read_bytes() == b""
     assert not parts_dir(output).exists()
     assert record.state == "done" and record.checkpoint == N and record.errors == 0  # type: ignore[attr-defined]

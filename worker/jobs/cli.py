@@ -46,6 +46,9 @@ def score(
     output: Annotated[
         Path | None, typer.Option(help="Scored rows; the format follows the extension.")
     ] = None,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace an existing --output file that another job wrote.")
+    ] = False,
     database: Database = None,
     job: Annotated[str | None, typer.Option(help="Job name (default: from the files).")] = None,
     input_column: Annotated[
@@ -95,6 +98,9 @@ def score(
         )
     if input is None:
         raise typer.BadParameter("--input (or --from-topic) is required")
+    if output is not None and output.exists() and output.samefile(input):
+        console.print(f"[red]--output {output} is the input file: choose another path[/]")
+        raise typer.Exit(2)
     params = JobParams(
         model=model,
         input=input.resolve(),
@@ -110,7 +116,7 @@ def score(
     if distributed:
         _publish(name, params, database_url(database), bootstrap, models)
         return
-    _run_local(name, params, database_url(database), models)
+    _run_local(name, params, database_url(database), models, overwrite)
     if from_topic is not None:
         _compare(name, params, database_url(database))
 
@@ -165,9 +171,9 @@ def _compare(name: str, params: object, url: str) -> None:
     )
 
 
-def _run_local(name: str, params: object, url: str, models: Path | None) -> None:
+def _run_local(name: str, params: object, url: str, models: Path | None, overwrite: bool) -> None:
     from storage import ResultStore
-    from worker.jobs.local import JobError, LocalJob
+    from worker.jobs.local import JobError, LocalJob, OutputExists
     from worker.jobs.params import JobParams
     from worker.serve import load_registry
 
@@ -196,8 +202,13 @@ def _run_local(name: str, params: object, url: str, models: Path | None) -> None
     with ResultStore(url) as store:
         try:
             with bar:
-                local = LocalJob(name, params, registry, store, on_progress=on_progress)
+                local = LocalJob(
+                    name, params, registry, store, on_progress=on_progress, overwrite=overwrite
+                )
                 record = local.run()
+        except OutputExists as exc:
+            console.print(f"[red]{exc}[/]")
+            raise typer.Exit(2) from None
         except JobError as exc:
             console.print(f"[red]{exc}[/]")
             raise typer.Exit(1) from None

@@ -142,14 +142,14 @@ def _numbers(column: pa.ChunkedArray) -> np.ndarray:
         try:  # CSV cells are read as text; numbers convert in one pass
             array = pc.cast(array, pa.float64())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return np.array([_float(v) for v in array.to_pylist()], dtype=np.float64)
+            return np.array([number_or_nan(v) for v in array.to_pylist()], dtype=np.float64)
     if not (_is_number(array.type) or pa.types.is_boolean(array.type)):
         return np.full(len(array), np.nan)
     as_float = pc.cast(array, pa.float64())
     return pc.fill_null(as_float, np.nan).to_numpy(zero_copy_only=False)
 
 
-def _float(value: Any) -> float:
+def number_or_nan(value: Any) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -169,7 +169,7 @@ def _row_values(table: pa.Table, columns: Columns, which: Any, *, numeric: bool)
 def _cell(value: Any) -> Any:
     """A CSV cell read as text becomes a number when it is one."""
     if isinstance(value, str):
-        number = _float(value)
+        number = number_or_nan(value)
         return value if np.isnan(number) else number
     return value
 
@@ -226,7 +226,7 @@ def _decode_lines(
             continue
         rows.append(row)
         ids.append(rid)
-        expected.append(_float(obj.get(columns.label)) if columns.label else np.nan)
+        expected.append(number_or_nan(obj.get(columns.label)) if columns.label else np.nan)
     numeric = isinstance(adapter, NumericAdapter)
     return Decoded(
         np.array(rows, dtype=np.int64),

@@ -28,11 +28,17 @@ from consumers.topics import ensure_topics
 from storage import ResultStore
 from storage.jobs import CANCELLED, PUBLISHED, JobRecord, JobStore, WindowCounts
 from worker.config import WorkerSettings
-from worker.jobs.decode import Decoded, RowError, decode
+from worker.jobs.decode import Decoded, RowError, decode, number_or_nan
 from worker.jobs.local import open_job
-from worker.jobs.outputs import Parts, errors_path, write_error_file, write_table_file
+from worker.jobs.outputs import (
+    Parts,
+    errors_path,
+    output_table,
+    write_error_file,
+    write_table_file,
+)
 from worker.jobs.params import JobParams
-from worker.jobs.rows import error_line, error_row, usable_labels
+from worker.jobs.rows import error_line, error_row, expected_column, usable_labels
 from worker.jobs.sources import windows
 from worker.models import ClassifierAdapter, ModelRegistry
 
@@ -186,14 +192,19 @@ def export_job(name: str, store: ResultStore, output: Path) -> int:
             f"job {name!r} is not complete: {len(results):,} of {total:,} rows have results"
         )
     params = JobParams.model_validate(record.params)
-    ids = _ids(params) if params.id_column else None
+    ids = _input_column(params, params.id_column) if params.id_column else None
     ok = [(row, outputs) for row, status, outputs, _ in results if status == Status.OK.value]
     rows = [row for row, _ in ok]
     columns: dict[str, pa.Array] = {"row": pa.array(rows, type=pa.int64())}
     if ids is not None:
         columns["id"] = pa.array([ids[r] for r in rows])
-    columns |= _output_columns([o for _, o in ok])
-    write_table_file(output, pa.table(columns))
+    predictions = _output_columns([o for _, o in ok])
+    truth = None
+    if params.label_column:
+        labels = _input_column(params, params.label_column)
+        numbers = np.array([number_or_nan(labels[r]) for r in rows], dtype=np.float64)
+        truth = expected_column(numbers, classes="label" in predictions)
+    write_table_file(output, output_table(columns, predictions, truth))
     failed = [
         error_line(RowError(row, ids[row] if ids else None, message or status))
         for row, status, _, message in results
@@ -211,21 +222,19 @@ def _output_columns(outputs: list[Any]) -> dict[str, pa.Array]:
     return {name: pa.array(outputs)}
 
 
-def _ids(params: JobParams) -> list[Any]:
-    """The id column of the whole input, by row number."""
-    column = params.id_column
-    assert column is not None
-    ids: list[Any] = []
+def _input_column(params: JobParams, column: str) -> list[Any]:
+    """A column of the whole input, by row number."""
+    values: list[Any] = []
     for window in windows(params.input, 65_536, start=0, columns=[column]):
         if window.lines is not None:
-            ids += [_line_id(line, column) for line in window.lines]
+            values += [_line_value(line, column) for line in window.lines]
         else:
             assert window.table is not None
-            ids += window.table.column(column).to_pylist()
-    return ids
+            values += window.table.column(column).to_pylist()
+    return values
 
 
-def _line_id(line: bytes, column: str) -> Any:
+def _line_value(line: bytes, column: str) -> Any:
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError:

@@ -37,6 +37,10 @@ class JobError(Exception):
     """The job cannot run as asked (finished, cancelled, other parameters, running elsewhere)."""
 
 
+class OutputExists(JobError):
+    """The output file exists and is not this job's: replacing it needs ``overwrite``."""
+
+
 @dataclass(frozen=True, slots=True)
 class Progress:
     done_rows: int  # rows committed so far, this run and earlier ones
@@ -52,12 +56,16 @@ class LocalJob:
         store: ResultStore,
         *,
         on_progress: Callable[[Progress], None] = lambda _: None,
+        overwrite: bool = False,
     ) -> None:
+        """``overwrite``: a new job may replace an existing output file (a rerun of the
+        same job, which resumes or reports it, always may: the file is its own)."""
         if params.output is None:
             raise ValueError("a local job needs an output file")
         self.name = name
         self.params = params
         self._output = params.output
+        self._overwrite = overwrite
         self._registry = registry
         self._store = store
         self._jobs = JobStore(store.engine)
@@ -65,6 +73,11 @@ class LocalJob:
         self.sizer: BatchSizer | None = None  # this run's batch sizes, once it scores
 
     def run(self) -> JobRecord:
+        if not self._overwrite and self._output.exists() and self._jobs.get(self.name) is None:
+            raise OutputExists(
+                f"{self._output} exists and is not the output of job {self.name!r}: "
+                "pass --overwrite to replace it, or choose another --output"
+            )
         record = open_job(self._jobs, self.name, self.params, kind="local")
         if record.state == DONE:
             shutil.rmtree(parts_dir(self._output), ignore_errors=True)  # if a crash left it

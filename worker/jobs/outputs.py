@@ -23,6 +23,21 @@ import pyarrow.parquet as pq
 from worker.jobs.sources import format_of
 
 ERRORS_SUFFIX = ".errors.jsonl"
+# The input's ground truth (``--label-column``) in an output file. A prediction's
+# ``label`` is written as ``predicted_label``: under its own name it would read as the
+# input's label, which the output keeps beside it as ``expected``.
+EXPECTED_COLUMN = "expected"
+_PREDICTION_NAMES = {"label": "predicted_label"}
+
+
+def output_table(
+    keys: dict[str, pa.Array], predictions: dict[str, pa.Array], expected: pa.Array | None
+) -> pa.Table:
+    """An output file's rows: ``keys`` (``row``, ``id``), then the prediction's columns
+    as files name them, then ``expected`` when the job has a label column."""
+    named = {_PREDICTION_NAMES.get(k, k): v for k, v in predictions.items()}
+    truth = {EXPECTED_COLUMN: expected} if expected is not None else {}
+    return pa.table({**keys, **named, **truth})
 
 
 def errors_path(output: Path) -> Path:

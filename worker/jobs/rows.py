@@ -21,6 +21,7 @@ from storage.jobs import WindowCounts
 from worker.jobs.batch_size import BatchSizer
 from worker.jobs.compute import Scored, score
 from worker.jobs.decode import Decoded, RowError
+from worker.jobs.outputs import output_table
 from worker.jobs.params import JobParams
 from worker.jobs.sources import Window
 from worker.models import Adapter, ClassifierAdapter, LoadedModel
@@ -57,7 +58,11 @@ def window_result(
     columns: dict[str, pa.Array] = {"row": pa.array(rows)}
     if decoded.ids is not None:
         columns["id"] = decoded.ids.filter(pa.array(keep))
-    table = pa.table({**columns, **scored.columns})
+    truth = None
+    if decoded.expected is not None:
+        classes = isinstance(model.adapter, ClassifierAdapter)
+        truth = expected_column(decoded.expected[keep], classes=classes)
+    table = output_table(columns, scored.columns, truth)
 
     labelled = correct = 0
     abs_error_sum = 0.0
@@ -90,6 +95,18 @@ def window_result(
         ]
     counts = WindowCounts(len(window), len(errors), labelled, correct, abs_error_sum)
     return WindowResult(table, [error_line(e) for e in errors], results, drift, counts)
+
+
+def expected_column(expected: np.ndarray, *, classes: bool) -> pa.Array:
+    """The input's labels as the job reads them (the values its accuracy and drift rows
+    compare): whole numbers for a classifier (``classes``), numbers otherwise; null
+    where a row has none, or one that is not a number (not a whole number, for a
+    classifier)."""
+    missing = ~np.isfinite(expected)
+    if not classes:
+        return pa.array(expected, mask=missing)
+    whole = ~missing & (expected == np.round(expected)) & (np.abs(expected) < 2.0**53)
+    return pa.array(np.where(whole, expected, 0).astype(np.int64), mask=~whole)
 
 
 def usable_labels(adapter: Adapter, expected: np.ndarray) -> np.ndarray:
