@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
@@ -15,6 +16,10 @@ from consumers.security import KafkaSecurity
 
 # How long a topic that could not be resolved stays refused before it is asked for again.
 UNWRITABLE_TTL_S = 60.0
+# Topics whose partitions (and producer metadata) are kept between calls. ``reply_to``
+# is the producer's choice: past this many, the least recently used are forgotten,
+# and looked up again if named again, so that no one grows them without bound.
+MAX_KNOWN_TOPICS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +67,14 @@ class Egress:
             **(security or KafkaSecurity()).aiokafka_kwargs(),
         )
         self._partitioner = DefaultPartitioner()
-        self._partitions: dict[str, list[int]] = {}
+        self._partitions: OrderedDict[str, list[int]] = OrderedDict()  # least recent first
+        self._publishing = 0  # publish() calls under way
         self._metadata_timeout_s = metadata_timeout_s
         # Topics the worker created itself: failing to resolve them is an outage, not a
         # refusal, so it is raised (and retried) rather than reported.
         self._stable = stable_topics
-        self._unwritable: dict[str, tuple[float, str]] = {}  # topic -> (until, reason)
+        # topic -> (until, reason), least recent first
+        self._unwritable: OrderedDict[str, tuple[float, str]] = OrderedDict()
 
     async def start(self) -> None:
         await self._producer.start()
@@ -81,6 +88,15 @@ class Egress:
         Returns the refused ones; raises on a transient failure (the caller retries
         the whole call: results are at-least-once).
         """
+        self._publishing += 1
+        try:
+            return await self._publish(records)
+        finally:
+            self._publishing -= 1
+            if not self._publishing:  # nothing in flight: the metadata may shrink
+                self._forget_topics()
+
+    async def _publish(self, records: list[OutRecord]) -> list[Refused]:
         refused: list[Refused] = []
         open_batches: dict[tuple[str, int], tuple[BatchBuilder, list[OutRecord]]] = {}
         sent: list[tuple[asyncio.Future[object], list[OutRecord]]] = []
@@ -111,7 +127,7 @@ class Egress:
             else:  # find which of them the broker refuses: send each on its own
                 alone.extend(members)
         for r in alone:
-            refused.extend(await self.publish([r]))
+            refused.extend(await self._publish([r]))
         return refused
 
     async def _send(self, batch: BatchBuilder, dest: tuple[str, int]) -> asyncio.Future[object]:
@@ -125,7 +141,24 @@ class Egress:
             if isinstance(known, Refused):
                 return known
             partitions = self._partitions[topic] = sorted(known)
+        else:
+            self._partitions.move_to_end(topic)
         return int(self._partitioner(key, partitions, partitions))
+
+    def _forget_topics(self) -> None:
+        """Keep the newest ``MAX_KNOWN_TOPICS`` topics, and the producer's metadata to
+        them. Called with nothing in flight: no batch waits on a topic dropped here."""
+        now = time.monotonic()
+        for topic in [t for t, (until, _) in self._unwritable.items() if until <= now]:
+            del self._unwritable[topic]
+        while len(self._unwritable) > MAX_KNOWN_TOPICS:
+            self._unwritable.popitem(last=False)
+        if len(self._partitions) <= MAX_KNOWN_TOPICS:
+            return
+        while len(self._partitions) > MAX_KNOWN_TOPICS:
+            self._partitions.popitem(last=False)
+        keep = self._stable | self._partitions.keys()
+        self._producer.client.set_topics(sorted(keep))  # no metadata request: a subset
 
     async def _resolve(self, topic: str) -> set[int] | Refused:
         """The topic's partitions; a topic that cannot be resolved in time is refused for
@@ -145,6 +178,7 @@ class Egress:
                 raise
             reason = f"topic {topic!r} is unknown or not writable: {_describe(exc)}"
             self._unwritable[topic] = (now + UNWRITABLE_TTL_S, reason)
+            self._unwritable.move_to_end(topic)
             return Refused(OutRecord(topic, None, None), reason)
 
 

@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter as Tally
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +34,9 @@ LATENCY_BUCKETS_S = (
 )  # fmt: skip
 RECENT_ERRORS = 50  # kept for the status page
 LOGGED_ERRORS_PER_CHUNK = 5  # a flood of bad input logs a few lines and a count
+# The model label of every result whose model is not in the registry: a producer picks
+# that name, and a flood of made-up names must not become a flood of series.
+UNKNOWN_MODEL = "_unknown"
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +148,12 @@ class WorkerMetrics:
         )
         self.recent_errors: deque[ErrorNote] = deque(maxlen=RECENT_ERRORS)
         self.errors_seen = 0
+        self._known_model: Callable[[str], bool] = lambda _: True
+
+    def label_models(self, known: Callable[[str], bool]) -> None:
+        """Results are labelled with their model only where ``known(model)``; every
+        other name shares the label ``UNKNOWN_MODEL``."""
+        self._known_model = known
 
     def _histogram(self, name: str, doc: str) -> ChunkHistogram:
         h = ChunkHistogram(name, doc, ["lane", "model"], LATENCY_BUCKETS_S)
@@ -167,13 +176,17 @@ class WorkerMetrics:
         codes: Tally[str] = Tally()
         # (received_s, queue_ms, compute_ms, total_ms, batch_size) per (lane, model)
         rows: dict[tuple[Priority, str], list[tuple[float, float, float, float, int]]] = {}
+        model_labels: dict[str, str] = {}  # model name -> its label, once per chunk
         for o in outcomes:
             r = o.result
             if r is not None:
-                statuses[(r.priority, r.model, r.status)] += 1
+                model = model_labels.get(r.model)
+                if model is None:
+                    model = model_labels[r.model] = self._model_label(r.model)
+                statuses[(r.priority, model, r.status)] += 1
                 ms = r.latency_ms
                 row = (o.record.received_s, ms.queue, ms.compute, ms.total, r.batch_size)
-                key = (r.priority, r.model)
+                key = (r.priority, model)
                 if key in rows:
                     rows[key].append(row)
                 else:
@@ -206,6 +219,9 @@ class WorkerMetrics:
             self.results.labels(lane.value, model, status.value).inc(n)
         for code, n in codes.items():
             self.dead_letters.labels(code).inc(n)
+
+    def _model_label(self, model: str) -> str:
+        return model if self._known_model(model) else UNKNOWN_MODEL
 
     def _note(self, request_id: str | None, model: str | None, code: str, status: str) -> None:
         self.recent_errors.append(ErrorNote(time.time(), request_id, model, code, status))

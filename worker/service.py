@@ -74,6 +74,7 @@ class Worker:
         self.metrics = metrics or WorkerMetrics()
         self._registry = registry
         registry.configure(settings.model_store, self.metrics.registry)
+        self.metrics.label_models(registry.knows)  # made-up names share one label
         self._store: ResultStore | None = None
         self._writer: WriterProcess | None = None
         self._lanes = Lanes(settings.lanes.capacity, single_lane=settings.lanes.single_lane)

@@ -115,6 +115,11 @@ class ModelRegistry:
         """The models requests may name (candidates are reached through rollouts)."""
         return sorted(n for n, s in self._specs.items() if not isinstance(s, CandidateSpec))
 
+    def knows(self, name: str) -> bool:
+        """Whether ``name`` is one of ``names()`` (a dict lookup, for any thread)."""
+        spec = self._specs.get(name)
+        return spec is not None and not isinstance(spec, CandidateSpec)
+
     def candidates(self) -> dict[str, CandidateSpec]:
         """The candidate versions, by their key (``name@version``)."""
         return {k: s for k, s in self._specs.items() if isinstance(s, CandidateSpec)}
