@@ -260,16 +260,16 @@ class RolloutStore:
         with classified_errors(), begin_write(self._engine) as conn:
             conn.execute(self._upsert_stats, params)
 
-    def stats(self, rollout_id: int, interval_start: datetime) -> list[RolloutStats]:
-        """Every worker's rows of one interval, by role and worker."""
+    def stats(self, rollout_id: int, interval_start: datetime | None = None) -> list[RolloutStats]:
+        """Every worker's rows of one interval (without ``interval_start``: of every
+        interval of the rollout), by role and worker."""
         query = (
             select(*(c for c in rollout_stats.c if c.name != "updated_at"))
-            .where(
-                rollout_stats.c.rollout_id == rollout_id,
-                rollout_stats.c.interval_start == _utc(interval_start),
-            )
+            .where(rollout_stats.c.rollout_id == rollout_id)
             .order_by(rollout_stats.c.role, rollout_stats.c.worker)
         )
+        if interval_start is not None:
+            query = query.where(rollout_stats.c.interval_start == _utc(interval_start))
         with classified_errors(), self._engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         return [

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import orjson
 from sqlalchemy import func, select
@@ -33,9 +34,15 @@ from worker.workload import digits_requests
 
 # Latency is not these tests' subject (test_rollout_gates covers the p99 gate): on a
 # loaded two-core CI machine one stalled candidate batch is the p99 of a short interval
-# and rolled back an equivalent candidate (p99 100 ms against 44 ms allowed).
+# and rolled back an equivalent candidate (p99 100 ms against 44 ms allowed). Wider
+# limits for error rate and labelled error let the tests decide in a few hundred
+# answers (test_rollout_error_rates covers the defaults).
 GATES = Gates(
-    min_requests=15, min_compared=10, min_labelled=10, max_p99_ratio=10, p99_slack_ms=1000
+    min_requests=15,
+    max_p99_ratio=10,
+    p99_slack_ms=1000,
+    max_error_rate_increase=0.05,
+    max_label_error_increase=0.1,
 )
 
 
@@ -53,7 +60,7 @@ def start(db_url: str, registry: ModelRegistry, version: str, p: RolloutPlan) ->
         return begin(RolloutStore(store.engine), registry.spec("digits"), candidate, p)
 
 
-def settings(broker: EmbeddedBroker, db_url: str, **overrides: object) -> WorkerSettings:
+def settings(broker: EmbeddedBroker, db_url: str, **overrides: Any) -> WorkerSettings:
     return settings_for(
         broker.bootstrap,
         db_url,
@@ -189,6 +196,8 @@ async def test_an_equivalent_candidate_is_promoted_through_every_step(
     moves = [(e.decision, e.share) for e in events if e.decision in ("advance", "promote")]
     assert moves == [("advance", 0.5), ("advance", 1.0), ("promote", 1.0)]
     assert all(e.decision in ("start", "wait", "advance", "promote") for e in events)
+    labels = events[-1].gates["label_error_increase"]  # decided on the labels: not worse
+    assert labels["verdict"] == "pass" and labels["high"] < GATES.max_label_error_increase
     after = [r.request_id for r in sent[mark:]]
     assert after and versions(db_url, after) == Counter({"2": len(after)})
 
@@ -227,15 +236,15 @@ async def test_a_shadow_candidate_computes_but_never_publishes(
     assert {r.model_version for r in results.values()} == {"1"}  # Kafka: the primary only
     assert {r.status for r in results.values()} == {Status.OK}
     assert versions(db_url) == Counter({"1": len(sent)})  # SQL: the primary only
-    assert sum(c for (c,) in candidate_rows) >= GATES.min_compared  # it did compute
+    assert sum(c for (c,) in candidate_rows) > 0  # it did compute
 
 
 async def test_two_workers_follow_one_rollout(
     broker: EmbeddedBroker, pg_database: str, rollout_registry_path: Path
 ) -> None:
     db_url = pg_database
-    with ResultStore(db_url) as store:  # a clean slate in the session's database
-        engine = store.engine
+    with ResultStore(db_url) as results:  # a clean slate in the session's database
+        engine = results.engine
         with engine.begin() as conn:
             for table in ("rollout_events", "rollout_stats", "rollouts", "inference_results"):
                 conn.exec_driver_sql(f"DELETE FROM {table}")
@@ -275,7 +284,7 @@ async def test_a_restarted_worker_resumes_the_rollout(
         store = RolloutStore(worker.store.engine)  # type: ignore[union-attr]
         async with traffic(broker.bootstrap, tag="a") as before:
             registry = ModelRegistry.from_toml(rollout_registry_path)
-            started = start(db_url, registry, "2", plan(steps=[10, 50, 100]))
+            started = start(db_url, registry, "2", plan(steps=[20, 50, 100]))
             mid = await until(store, started.id, lambda r: r.step >= 1)
     # Down: the rollout waits in SQL. A new worker process picks it up.
     async with Worker(group, ModelRegistry.from_toml(rollout_registry_path)) as worker:

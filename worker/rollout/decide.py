@@ -1,9 +1,12 @@
 """What a rollout does next, given its state and its gates' verdict: pure policy.
 
 A failing gate rolls back at once, mid-interval. Otherwise nothing happens until the
-interval ends; then a pass counts, and ``passes_needed`` passes in a row advance the
-canary one step (the last step promotes). Shadow rollouts count passes and wait for
-a person to promote them: the candidate has never answered a request.
+interval ends; then it passes if every required gate passes (the sequential gates
+have decided "no worse" on the rollout's counts so far; the p99 gate holds in the
+interval), and ``passes_needed`` passes in a row advance the canary one step (the last
+step promotes). An interval with an undecided required gate starts again, its passes
+kept. Shadow rollouts count passes and wait for a person to promote them: the
+candidate has never answered a request.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def judge(r: RolloutRecord, values: list[GateValue], now: datetime) -> Decision 
         return None
     if verdict is Verdict.WAIT:
         waiting = ", ".join(v.name for v in values if v.verdict is Verdict.WAIT and v.required)
-        reason = f"not enough data for {waiting}"
+        reason = f"undecided: {waiting}"
         return Decision("wait", State.RUNNING, r.step, r.share, r.passes, now, reason)
     passes = r.passes + 1
     if r.mode == Mode.SHADOW or passes < r.passes_needed:

@@ -27,13 +27,14 @@ class RolloutMetrics:
         )
         self.gate = Gauge(
             "inferlane_rollout_gate_value",
-            "The gate's value in the interval this worker judged last (NaN: waiting)",
+            "The gate's value as this worker judged it last: the rollout's estimate (error"
+            " rate, disagreement, labelled error) or the interval's p99 (NaN: no data)",
             ["model", "candidate", "gate"],
             registry=registry,
         )
         self.threshold = Gauge(
             "inferlane_rollout_gate_threshold",
-            "The gate's threshold in that interval",
+            "The gate's threshold then (sequential gates: the limit they pass below)",
             ["model", "candidate", "gate"],
             registry=registry,
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Mode(StrEnum):
@@ -25,30 +25,47 @@ class State(StrEnum):
 
 
 class Gates(BaseModel):
-    """Thresholds a candidate must meet in each analysis interval.
+    """What a candidate must show before it advances, and what rolls it back.
 
-    A gate judges only with enough data in the interval, from both versions:
-    ``min_requests`` results (error rate, p99), ``min_compared`` inputs run on both
-    (disagreement), ``min_labelled`` labels (labelled error); with less it waits. The
-    labelled-error gate is optional: an interval without labels can still pass.
+    Error rate, disagreement and labelled error are sequential tests on the rollout's
+    counts so far (docs/ROLLOUTS.md): each fails once a confidence sequence for its
+    measure lies wholly above the ``allowed_*`` level, and passes once it lies wholly
+    below the ``max_*`` limit. A candidate at or below every allowed level is rolled
+    back by them with probability at most ``alpha``; one at or above a limit passes
+    that gate with probability at most ``alpha``. The p99 gate compares each
+    interval's latencies, with ``min_requests`` results of each version.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    # The chance of a wrong decision each way, for the three tests together.
+    alpha: Annotated[float, Field(gt=0, le=0.5)] = 0.01
     # Candidate error share minus the primary's (error results / results).
-    max_error_rate_increase: Annotated[float, Field(ge=0, le=1)] = 0.01
+    allowed_error_rate_increase: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    max_error_rate_increase: Annotated[float, Field(gt=0, le=1)] = 0.01
     # Candidate p99 latency may reach primary p99 x ratio + slack.
     max_p99_ratio: Annotated[float, Field(ge=1)] = 1.5
     p99_slack_ms: Annotated[float, Field(ge=0)] = 20.0
     # Mean disagreement with the primary on the same inputs: label disagreement share
-    # (classifiers), absolute difference (regressors), cosine distance (embeddings).
-    max_disagreement: Annotated[float, Field(ge=0)] = 0.05
+    # (classifiers), cosine distance (embeddings), absolute difference (regressors).
+    allowed_disagreement: Annotated[float, Field(ge=0)] = 0.01
+    max_disagreement: Annotated[float, Field(gt=0)] = 0.05
     # Classifiers: misclassified share minus the primary's. Others: mean
-    # |output - expected| relative to the primary's (0.02 = 2% worse).
-    max_label_error_increase: Annotated[float, Field(ge=0)] = 0.02
-    min_requests: Annotated[int, Field(ge=1)] = 50
+    # |output - expected| relative to the primary's (0.05 = 5% worse).
+    allowed_label_error_increase: Annotated[float, Field(ge=0)] = 0.0
+    max_label_error_increase: Annotated[float, Field(gt=0)] = 0.05
+    min_requests: Annotated[int, Field(ge=1)] = 50  # per interval, for the p99 gate
+    # Unbounded measures have no sequential test (regressors' disagreement; labelled
+    # error but for classifiers): their gates compare the rollout's means from these counts.
     min_compared: Annotated[int, Field(ge=1)] = 30
     min_labelled: Annotated[int, Field(ge=1)] = 30
+
+    @model_validator(mode="after")
+    def _allowed_below_max(self) -> Gates:
+        for measure in ("error_rate_increase", "disagreement", "label_error_increase"):
+            if getattr(self, f"allowed_{measure}") >= getattr(self, f"max_{measure}"):
+                raise ValueError(f"allowed_{measure} must be below max_{measure}")
+        return self
 
 
 class RolloutPlan(BaseModel):

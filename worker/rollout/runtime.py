@@ -27,13 +27,13 @@ from storage import StoreUnavailable
 from storage.rollouts import RolloutConflict, RolloutRecord, RolloutStore
 from worker.config import RolloutConfig
 from worker.metrics import WorkerMetrics
-from worker.models import ClassifierAdapter, ModelRegistry
+from worker.models import Adapter, ClassifierAdapter, ModelRegistry, TextEmbeddingAdapter
 from worker.models.specs import candidate_key
 from worker.pending import Batch, Outcome
 from worker.rollout.begin import begin
 from worker.rollout.compare import Active, Comparer, Role
 from worker.rollout.decide import judge
-from worker.rollout.gates import GateValue, evaluate
+from worker.rollout.gates import GateValue, Measures, Pair, evaluate
 from worker.rollout.metrics import RolloutMetrics
 from worker.rollout.plan import Gates, Mode, State
 from worker.rollout.routing import Route, Router
@@ -175,16 +175,14 @@ class Rollouts:
         return self._followed == (self._store.newest_id(), candidates)
 
     def _judge(self, record: RolloutRecord, now: datetime) -> RolloutRecord | None:
-        totals = {role: VersionStats() for role in Role}
-        for row in self._store.stats(record.id, record.interval_start):
-            totals[Role(row.role)].merge(VersionStats.from_row(row))
-        classifier = isinstance(self._registry.adapter(record.model), ClassifierAdapter)
-        values = evaluate(
-            totals[Role.PRIMARY],
-            totals[Role.CANDIDATE],
-            Gates.model_validate(record.gates),
-            classifier=classifier,
-        )
+        interval, rollout = _pair(), _pair()
+        for row in self._store.stats(record.id):  # every interval's: the tests' counts
+            stats = VersionStats.from_row(row)
+            _side(rollout, row.role).merge(stats)
+            if row.interval_start == record.interval_start:
+                _side(interval, row.role).merge(stats)
+        adapter = self._registry.adapter(record.model)
+        values = evaluate(interval, rollout, Gates.model_validate(record.gates), measures(adapter))
         self.gates[record.id] = values
         self._metrics.gates(record, values)
         decision = judge(record, values, now)
@@ -315,3 +313,21 @@ class Rollouts:
             }
             for r in self._current
         ]
+
+
+def measures(adapter: Adapter) -> Measures:
+    """Classifiers: labels right or wrong, disagreement 0 or 1; embeddings: cosine
+    distances, 0 to 2; regressors: absolute differences, unbounded."""
+    if isinstance(adapter, ClassifierAdapter):
+        return Measures(binary_labels=True, disagreement_bound=1.0)
+    if isinstance(adapter, TextEmbeddingAdapter):
+        return Measures(binary_labels=False, disagreement_bound=2.0)
+    return Measures(binary_labels=False, disagreement_bound=None)
+
+
+def _pair() -> Pair:
+    return Pair(VersionStats(), VersionStats())
+
+
+def _side(pair: Pair, role: str) -> VersionStats:
+    return pair.primary if Role(role) == Role.PRIMARY else pair.candidate
