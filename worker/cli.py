@@ -1,11 +1,13 @@
-"""The ``inferlane`` command line: run, broker, publish, demo; models, jobs, rollouts."""
+"""The ``inferlane`` command line: run, broker, publish, results, demo; models, jobs, rollouts."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import shlex
 import signal
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,30 +16,63 @@ import typer
 from rich.console import Console
 
 from worker.broker import EmbeddedBroker
-from worker.cli_options import Database
+from worker.cli_database import DEMO_DATABASE
+from worker.cli_errors import DEBUG_ENV, CliGroup, CommandFailed, UsageFailed
+from worker.cli_options import Bootstrap, Database, Models, database_url
 from worker.config import WorkerSettings
 from worker.drift.cli import register as register_drift_commands
 from worker.jobs.cli import jobs_app, score
 from worker.models.cli import app as models_app
 from worker.ops.cli import HttpHost, HttpPort, LogFormatOption, MetricsPort, publish_demo
+from worker.ports import PortInUse, refuse_taken
+from worker.results_cli import results
 from worker.rollout.cli import rollout_app
 
-app = typer.Typer(help="Kafka-driven inference worker.", no_args_is_help=True)
+app = typer.Typer(cls=CliGroup, no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.command()(score)
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(rollout_app, name="rollout")
 console = Console()
 
-Bootstrap = Annotated[
+EmbeddedOrBootstrap = Annotated[
     str | None,
     typer.Option(
         "--bootstrap",
         "-b",
         envvar="INFERLANE_BOOTSTRAP",
-        help="Kafka bootstrap servers; unset: start the embedded broker.",
+        help="Kafka bootstrap servers (env INFERLANE_BOOTSTRAP); unset: start an embedded broker.",
     ),
 ]
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", envvar=DEBUG_ENV, help="Show the traceback of a failure, not one line."
+        ),
+    ] = False,
+) -> None:
+    """Kafka-driven inference worker: serve models from Kafka, read results back, score
+    files, query drift and roll out model versions.
+
+    Exit codes: 0 done, 1 a runtime failure (database, broker, port), 2 a usage error."""
+    from worker.settings_env import unknown_variables
+
+    if ctx.resilient_parsing or ctx.meta.get("inferlane.help"):
+        return
+    unknown = unknown_variables(os.environ)
+    if unknown:
+        names = ", ".join(
+            f"{name} (did you mean {close}?)" if close else name for name, close in unknown
+        )
+        raise UsageFailed(
+            f"unknown setting in the environment: {names}",
+            "fix or unset it; README.md, Configuration, lists the settings",
+        )
 
 
 def _settings(**flags: Any) -> WorkerSettings:
@@ -65,11 +100,9 @@ def _settings(**flags: Any) -> WorkerSettings:
 
 @app.command()
 def run(
-    bootstrap: Bootstrap = None,
+    bootstrap: EmbeddedOrBootstrap = None,
     database: Database = None,
-    models: Annotated[
-        Path | None, typer.Option(help="Model registry TOML; unset: demo models.")
-    ] = None,
+    models: Models = None,
     group_id: Annotated[str | None, typer.Option(help="Kafka consumer group.")] = None,
     max_batch: Annotated[int | None, typer.Option(help="Largest batch.")] = None,
     max_wait_ms: Annotated[float | None, typer.Option(help="Longest wait to fill a batch.")] = None,
@@ -84,6 +117,7 @@ def run(
     """Serve requests from the lane topics until Ctrl-C; results to Kafka and SQL.
 
     HTTP on port 9400 by default: /metrics, /healthz, /readyz and a status page at /."""
+    from consumers.broker_check import require_broker
     from storage import redacted_url
     from worker.ops.logs import configure
     from worker.serve import load_registry, serve, tune_process, with_broker
@@ -105,6 +139,11 @@ def run(
     )
     tune_process(settings)
     registry = load_registry(settings.models, settings.device)
+    # Checked before anything is opened or created; the worker itself serves on without
+    # its HTTP port, but a user who starts it wants the port.
+    _http_port_free(settings)
+    if settings.bootstrap is not None:
+        require_broker(settings.bootstrap, settings.kafka.security)
     with contextlib.suppress(KeyboardInterrupt), with_broker(settings) as resolved:
         console.print(
             f"inferlane serving {', '.join(registry.names())} from [bold]{resolved.bootstrap}[/] "
@@ -117,10 +156,36 @@ def run(
 def broker(port: Annotated[int, typer.Option(help="Port to listen on.")] = 9092) -> None:
     """Run the embedded Kafka-compatible broker (Tansu, memory only) in the foreground."""
     _terminate_like_ctrl_c()
+    code = 0
     # Ctrl-C at any moment, even during startup, is the way to stop: exit cleanly.
-    with contextlib.suppress(KeyboardInterrupt), EmbeddedBroker(port=port) as b:
-        console.print(f"broker listening on [bold]{b.bootstrap}[/]; Ctrl-C stops it")
-        b.wait()
+    with contextlib.suppress(KeyboardInterrupt):
+        try:
+            embedded = EmbeddedBroker(port=port).start()
+        except PortInUse as exc:
+            raise CommandFailed(
+                f"port {exc.port} on {exc.host} is already in use",
+                "stop what listens there, or pick another port: inferlane broker --port N",
+            ) from None
+        try:
+            console.print(f"broker listening on [bold]{embedded.bootstrap}[/]; Ctrl-C stops it")
+            code = embedded.wait()
+        finally:
+            embedded.stop()
+    if code != 0:
+        raise CommandFailed(f"the broker exited with code {code}")
+
+
+def _http_port_free(settings: WorkerSettings) -> None:
+    ops = settings.ops
+    if ops.http_port == 0:
+        return
+    try:
+        refuse_taken(ops.http_host, ops.http_port)
+    except PortInUse:
+        raise CommandFailed(
+            f"HTTP port {ops.http_port} on {ops.http_host} is already in use",
+            "pick another with --http-port N (or INFERLANE_OPS__HTTP_PORT), or 0 for no HTTP",
+        ) from None
 
 
 def _terminate_like_ctrl_c() -> None:
@@ -135,16 +200,16 @@ def _terminate_like_ctrl_c() -> None:
 @app.command()
 def publish(
     file: Annotated[Path, typer.Argument(help="JSON Lines: one request per line.", exists=True)],
-    bootstrap: Bootstrap = None,
+    bootstrap: Bootstrap,
     topic: Annotated[str, typer.Option(help="Topic to publish to.")] = "inferlane.requests",
 ) -> None:
     """Publish each line as it is (bad lines too: the worker dead-letters them)."""
+    from consumers.broker_check import require_broker
     from consumers.client import InferlaneClient
 
-    if bootstrap is None:
-        raise typer.BadParameter("--bootstrap (or INFERLANE_BOOTSTRAP) is required")
     sent = 0
     security = WorkerSettings().kafka.security  # INFERLANE_KAFKA__SECURITY__* from env
+    require_broker(bootstrap, security)
     with InferlaneClient(bootstrap, security=security) as client, file.open("rb") as lines:
         for line in lines:
             value = line.rstrip(b"\r\n")
@@ -165,30 +230,61 @@ def _key_of(value: bytes) -> bytes | None:
 
 @app.command()
 def demo(
-    digits: Annotated[int, typer.Option(help="digits requests.")] = 6000,
-    diabetes: Annotated[int, typer.Option(help="diabetes requests.")] = 1000,
-    minilm: Annotated[int, typer.Option(help="minilm requests.")] = 600,
+    digits: Annotated[int, typer.Option(help="Number of digits requests.")] = 6000,
+    diabetes: Annotated[int, typer.Option(help="Number of diabetes requests.")] = 1000,
+    minilm: Annotated[int, typer.Option(help="Number of minilm requests.")] = 600,
     database: Database = None,
+    http_port: HttpPort = None,
 ) -> None:
-    """Embedded broker + SQLite + demo models: a labelled mixed workload, then a report."""
+    """Embedded broker + SQLite + demo models: a labelled mixed workload, then a report,
+    then the commands that query what it wrote."""
     from storage import redacted_url
     from worker.demo import render, run_demo, workload
     from worker.serve import load_registry, with_broker
 
-    url = database or "sqlite:///inferlane-demo.db"
+    url = database or DEMO_DATABASE
+    settings = _settings(
+        database_url=url, bootstrap=os.environ.get("INFERLANE_BOOTSTRAP"), http_port=http_port
+    )
+    _http_port_free(settings)
     if url.startswith("sqlite:///") and database is None:
         # A fresh file each time, so the report counts this run only.
         Path(url.removeprefix("sqlite:///")).unlink(missing_ok=True)
     with console.status("building or loading the demo models"):
         registry = load_registry(None)
-    settings = _settings(database_url=url, bootstrap=os.environ.get("INFERLANE_BOOTSTRAP"))
     with with_broker(settings) as resolved:
         database_shown = redacted_url(resolved.database_url)
         console.print(f"broker {resolved.bootstrap}, database {database_shown}")
         items = workload(digits, diabetes, minilm, resolved)
         report = asyncio.run(run_demo(resolved, registry, items, console))
     render(report, console)
+    _next_steps(url)
+
+
+def _next_steps(url: str) -> None:
+    """The commands that read what the demo wrote, runnable exactly as printed."""
+    from storage import redacted_url
+
+    shown = redacted_url(url)
+    flag = "" if url == database_url(None) else f" --database {shlex.quote(shown)}"
+    program = _program()
+    console.print(f"\nThe demo's results, drift log and windows are in {shown}. Next:")
+    for command in ("anomalies", "drift"):
+        console.print(f"  {program} {command}{flag}", markup=False, highlight=False)
+    if flag and shown != url:
+        console.print("  (with the database password, which is not printed)")
+
+
+def _program() -> str:
+    """How this command line was started, as a user would type it again."""
+    script = Path(os.path.abspath(sys.argv[0]))
+    if script.name != "inferlane":  # python -m worker
+        return f"{shlex.quote(sys.executable)} -m worker"
+    with contextlib.suppress(ValueError):
+        return shlex.quote(f"./{script.relative_to(Path.cwd())}")  # ./: not looked up in PATH
+    return shlex.quote(str(script))
 
 
 app.command("publish-demo")(publish_demo)
+app.command()(results)
 register_drift_commands(app)

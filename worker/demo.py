@@ -308,7 +308,7 @@ def _render_shift(report: DemoReport, console: Console) -> None:
     for line in report.drift_report:
         console.print(line)
     if report.png is not None:
-        console.print(f"drift report: [bold]{report.png}[/] (inferlane drift --json for details)")
+        console.print(f"drift report: [bold]{report.png}[/]")
 
 
 def _quantiles(values: list[float]) -> tuple[float, float, float]:

@@ -6,24 +6,51 @@ import asyncio
 import contextlib
 import ctypes
 import signal
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from pydantic import ValidationError
 
 from worker.broker import EmbeddedBroker
+from worker.cli_errors import UsageFailed, problems
 from worker.config import WorkerSettings
 from worker.metrics import WorkerMetrics
-from worker.models import ModelRegistry
+from worker.models import ModelRegistry, RegistryFile
 from worker.models.demo import ensure_demo_models
 from worker.service import Worker
 
 
 def load_registry(models: Path | None, device: str = "auto") -> ModelRegistry:
     """The registry TOML given, or the demo models (built and cached on first use), with
-    its models on ``device`` (a ``WorkerSettings.device`` value)."""
+    its models on ``device`` (a ``WorkerSettings.device`` value). A registry that does
+    not parse, validate, or name files that exist raises ``UsageFailed``."""
     path = models if models is not None else ensure_demo_models()
+    check_registry(path)
     return ModelRegistry.from_toml(path, device=resolve_device(device))
+
+
+def check_registry(path: Path) -> RegistryFile:
+    """The registry file; ``UsageFailed`` naming the file and what is wrong in it."""
+    try:
+        file = RegistryFile.from_toml(path)
+    except FileNotFoundError:
+        raise UsageFailed(
+            f"no model registry at {path}", "check --models (or INFERLANE_MODELS)"
+        ) from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:  # unreadable, world-writable, not TOML
+        raise UsageFailed(f"model registry {path}: {exc}") from None
+    except ValidationError as exc:
+        raise UsageFailed(f"model registry {path}: {problems(exc)}") from None
+    for spec in [*file.models, *file.candidates]:
+        if not spec.path.exists():
+            raise UsageFailed(
+                f"model registry {path}: {spec.name} version {spec.version} names "
+                f"{spec.path}, which does not exist",
+                "fix its path (relative paths start at the registry's folder)",
+            )
+    return file
 
 
 def resolve_device(device: str) -> torch.device:

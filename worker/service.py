@@ -305,7 +305,11 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then drain and shut down."""
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop(drain=False)  # close what the failed start opened (clients, port)
+            raise
         waiter = asyncio.create_task(stop.wait())
         serving = asyncio.create_task(self.wait())
         try:

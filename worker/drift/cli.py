@@ -13,17 +13,39 @@ import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy import Engine
 
-from storage import make_engine
 from storage.anomalies import find_anomalies
+from worker.cli_database import reading_engine
 from worker.cli_options import Database, database_url
 
 console = Console()
 
+
+def _since(text: str | None) -> datetime | None:
+    from worker.drift.views import parse_since
+
+    if text is None:
+        return None
+    try:
+        return parse_since(text, datetime.now(UTC))
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is neither a span back (90s, 30m, 2h, 1d) nor an ISO time "
+            "(2026-12-06, 2026-12-06T10:00 or with a zone, +01:00; UTC when it has none)"
+        ) from None
+
+
 Model = Annotated[str | None, typer.Option(help="Only this model.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON (docs/DRIFT.md).")]
-Since = Annotated[str | None, typer.Option(help="A span back (1d, 2h) or an ISO time.")]
-Models = Annotated[Path | None, typer.Option(help="Registry TOML: per-model thresholds.")]
+Since = Annotated[
+    datetime | None,
+    typer.Option(parser=_since, metavar="SPAN|TIME", help="A span back (1d, 2h) or an ISO time."),
+]
+Models = Annotated[
+    Path | None,
+    typer.Option(envvar="INFERLANE_MODELS", help="Registry TOML: per-model drift thresholds."),
+]
 
 
 def _print_json(value: Any) -> None:
@@ -39,12 +61,9 @@ def anomalies(
     json: Json = False,
 ) -> None:
     """Drift-log rows off by more than the threshold: the count and the worst rows."""
-    from worker.drift.views import parse_since
-
-    engine = make_engine(database_url(database))
+    engine = _reading(database, "inference_log")
     try:
-        start = None if since is None else parse_since(since, datetime.now(UTC))
-        found = find_anomalies(engine, threshold=threshold, model=model, since=start, limit=limit)
+        found = find_anomalies(engine, threshold=threshold, model=model, since=since, limit=limit)
     finally:
         engine.dispose()
     rows = [
@@ -80,24 +99,31 @@ def drift(
     window: Annotated[
         str | None, typer.Option(help="Join stored windows: a span (5m, 1h) or a row count.")
     ] = None,
-    since: Since = "1d",
+    since: Annotated[
+        datetime | None,
+        typer.Option(
+            parser=_since,
+            metavar="SPAN|TIME",
+            help="A span back (1d, 2h) or an ISO time; unset: 1d.",
+        ),
+    ] = None,
     models: Models = None,
     json: Json = False,
 ) -> None:
     """Windows per model version: labelled error, PSI/JS/KS against the reference, flags."""
     # Imported here: the registry pulls in torch, which ``inferlane --help`` need not load.
-    from worker.drift.views import Window, parse_since, thresholds_for, verdict_json, verdicts
+    from worker.drift.views import Window, thresholds_for, verdict_json, verdicts
 
     try:
         size = Window.parse(window)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     default, per_model = thresholds_for(models)
-    engine = make_engine(database_url(database))
+    engine = _reading(database, "drift_windows")
     try:
-        start = None if since is None else parse_since(since, datetime.now(UTC))
+        since = since or _since("1d")
         found = verdicts(
-            engine, model=model, since=start, window=size, default=default, per_model=per_model
+            engine, model=model, since=since, window=size, default=default, per_model=per_model
         )
     finally:
         engine.dispose()
@@ -128,14 +154,13 @@ def report(
 ) -> None:
     """One picture per model: error and drift over time, output vs reference; a summary."""
     from worker.drift.report import write_report
-    from worker.drift.views import parse_since, thresholds_for
+    from worker.drift.views import thresholds_for
 
     default, per_model = thresholds_for(models)
-    engine = make_engine(database_url(database))
+    engine = _reading(database, "drift_windows")
     try:
-        start = None if since is None else parse_since(since, datetime.now(UTC))
         lines = write_report(
-            engine, out, model=model, since=start, default=default, per_model=per_model
+            engine, out, model=model, since=since, default=default, per_model=per_model
         )
     finally:
         engine.dispose()
@@ -158,7 +183,7 @@ def purge(
     span_s = parse_span_s(older_than)
     if span_s is None:
         raise typer.BadParameter(f"--older-than takes a span (12h, 30d): {older_than!r}")
-    engine = make_engine(database_url(database))
+    engine = _reading(database, "inference_log")
     try:
         cutoff = datetime.now(UTC) - timedelta(seconds=span_s)
         purged = purge_rows(engine, cutoff, batch_rows=batch_rows)
@@ -168,6 +193,11 @@ def purge(
         _print_json({"older_than": cutoff.isoformat(), "deleted": purged.rows})
         return
     console.print(f"deleted {purged.total} rows older than {cutoff.isoformat()}: {purged.rows}")
+
+
+def _reading(database: str | None, table: str) -> Engine:
+    """The database to read: never created here, and refused without ``table``."""
+    return reading_engine(database_url(database), table, default=database is None)
 
 
 def _num(value: float | None) -> str:

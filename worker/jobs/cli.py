@@ -85,6 +85,7 @@ def score(
     command again after a crash."""
     import torch
 
+    from worker.jobs.checks import check_job
     from worker.jobs.params import JobParams, check_name
 
     if torch_threads is not None:
@@ -112,6 +113,7 @@ def score(
         batch_size=batch_size,
         sql_results=sql_results or distributed,
     )
+    check_job(params, models)
     name = check_name(job or params.default_name())
     if distributed:
         _publish(name, params, database_url(database), bootstrap, models)

@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from worker.cli_options import Models, renamed
+
 if TYPE_CHECKING:
     from worker.models.registry import ModelRegistry
 
@@ -17,28 +19,39 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Model registries: list, check, build the demo.", no_args_is_help=True)
 console = Console()
 
+# The registry as an argument: the old form of --models, still accepted.
 Registry = Annotated[
     Path | None,
-    typer.Argument(help="Registry TOML; unset: the demo models.", exists=True, dir_okay=False),
+    typer.Argument(
+        help="Old form of --models.",
+        exists=True,
+        dir_okay=False,
+        hidden=True,
+        callback=renamed("the registry as an argument", "--models FILE"),
+    ),
 ]
 
 
 def _open(registry: Path | None) -> ModelRegistry:
     from worker.models.demo import ensure_demo_models
     from worker.models.registry import ModelRegistry
+    from worker.serve import check_registry
 
-    return ModelRegistry.from_toml(registry if registry is not None else ensure_demo_models())
+    path = registry if registry is not None else ensure_demo_models()
+    check_registry(path)
+    return ModelRegistry.from_toml(path)
 
 
 @app.command("list")
 def list_models(
     registry: Registry = None,
+    models_file: Models = None,
     load: Annotated[bool, typer.Option(help="Load each model to measure its bytes.")] = False,
 ) -> None:
     """Name, version, format, tier, bytes and last use of each model in a registry."""
     from worker.models.tiers import Tier
 
-    models = _open(registry)
+    models = _open(models_file or registry)
     table = Table("name", "version", "format", "tier", "bytes", "last used")
     for name in models.names():
         spec = models.spec(name)
@@ -61,10 +74,12 @@ def _file_bytes(path: Path) -> int:
 
 
 @app.command()
-def check(registry: Annotated[Path, typer.Argument(exists=True, dir_okay=False)]) -> None:
+def check(registry: Registry = None, models_file: Models = None) -> None:
     """Load each model and run its example; report every error without serving."""
+    from worker.models.demo import ensure_demo_models
     from worker.models.registry import ModelRegistry
 
+    registry = models_file or registry or ensure_demo_models()
     try:
         models = ModelRegistry.from_toml(registry)
     except Exception as exc:
@@ -100,12 +115,15 @@ def build_demo(
 
 
 @app.command()
-def reload(registry: Annotated[Path, typer.Argument(exists=True, dir_okay=False)]) -> None:
-    """Validate REGISTRY, then touch it: running workers that serve it reload it now."""
+def reload(registry: Registry = None, models_file: Models = None) -> None:
+    """Validate the registry, then touch it: running workers that serve it reload it now."""
     import os
 
     from worker.models.specs import RegistryFile
 
+    registry = models_file or registry
+    if registry is None:
+        raise typer.BadParameter("give the registry to reload", param_hint="--models")
     try:
         models = RegistryFile.from_toml(registry).models
     except Exception as exc:

@@ -1,4 +1,5 @@
-"""Ops options of ``inferlane run`` (HTTP port and host, log format) and ``publish-demo``."""
+"""Ops options of ``inferlane run`` and ``demo`` (HTTP port and host, log format) and
+``publish-demo``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from worker.cli_options import Bootstrap, renamed
 from worker.ops.logs import LogFormat
 
 HttpPort = Annotated[
@@ -20,22 +22,29 @@ HttpHost = Annotated[
     typer.Option(help="Address to bind (default 127.0.0.1). Env INFERLANE_OPS__HTTP_HOST."),
 ]
 # The flag's old name, still accepted: the metrics are now on the one ops port.
-MetricsPort = Annotated[int | None, typer.Option(hidden=True, help="Old name of --http-port.")]
+MetricsPort = Annotated[
+    int | None,
+    typer.Option(
+        hidden=True,
+        callback=renamed("--metrics-port", "--http-port"),
+        help="Old name of --http-port.",
+    ),
+]
 LogFormatOption = Annotated[
     LogFormat, typer.Option(help="text, or json: one object per line with request ids and codes.")
 ]
 
 
 def publish_demo(
-    bootstrap: Annotated[
-        str, typer.Option("--bootstrap", "-b", envvar="INFERLANE_BOOTSTRAP", help="Kafka.")
-    ],
-    digits: Annotated[int, typer.Option(help="digits requests.")] = 6000,
-    diabetes: Annotated[int, typer.Option(help="diabetes requests.")] = 1000,
-    minilm: Annotated[int, typer.Option(help="minilm requests.")] = 600,
+    bootstrap: Bootstrap,
+    digits: Annotated[int, typer.Option(help="Number of digits requests.")] = 6000,
+    diabetes: Annotated[int, typer.Option(help="Number of diabetes requests.")] = 1000,
+    minilm: Annotated[int, typer.Option(help="Number of minilm requests.")] = 600,
 ) -> None:
     """Publish the demo's labelled workload (and its bad records) to a running cluster."""
+    from consumers.broker_check import require_broker
     from worker.ops.demo_load import publish_demo as publish
 
+    require_broker(bootstrap)  # plaintext, as the demo's publisher connects
     sent = publish(bootstrap, digits=digits, diabetes=diabetes, minilm=minilm)
     typer.echo(f"published {sent} demo records")
