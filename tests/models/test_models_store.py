@@ -143,6 +143,7 @@ def big_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.export.save(program, folder / "big.pt2")
     (folder / "registry.toml").write_text(
         '[[models]]\nname = "big"\nversion = "1"\nformat = "export"\npath = "big.pt2"\n'
+        "max_batch = 64\n"
         'adapter = { kind = "classifier", features = 64, num_classes = 10 }\n'
         '[[models]]\nname = "small"\nversion = "1"\nformat = "factory"\n'
         'factory = "worker.models.demo:build_diabetes"\n'

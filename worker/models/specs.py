@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -33,10 +34,16 @@ from worker.rollout.plan import RolloutPlan
 from worker.scheduling.params import ControllerParams
 
 
+def _base(info: ValidationInfo) -> Path | None:
+    """The registry file's folder, when the spec is read from one."""
+    base = info.context.get("base") if isinstance(info.context, dict) else None
+    return None if base is None else Path(base)
+
+
 def _resolve(path: Path, info: ValidationInfo) -> Path:
     """Relative paths in a registry file are relative to that file's folder."""
-    base = info.context.get("base") if isinstance(info.context, dict) else None
-    return path if path.is_absolute() or base is None else Path(base) / path
+    base = _base(info)
+    return path if path.is_absolute() or base is None else base / path
 
 
 RegistryPath = Annotated[Path, AfterValidator(_resolve)]
@@ -100,6 +107,18 @@ class ModelSpec(_Config):
     # compute thread per lane (a Python-bound model gains nothing from two).
     replicas: Annotated[int, Field(ge=1)] | None = None
     drift: DriftThresholds | None = None  # None: the worker's [drift] thresholds
+    _folder: Path | None = PrivateAttr(default=None)
+
+    @property
+    def folder(self) -> Path | None:
+        """The registry file's folder (where a factory module is looked for first);
+        None for a spec built in code."""
+        return self._folder
+
+    @model_validator(mode="after")
+    def _remember_folder(self, info: ValidationInfo) -> ModelSpec:
+        self._folder = _base(info)
+        return self
 
     @field_validator("name")
     @classmethod
@@ -165,20 +184,20 @@ class RegistryFile(_Config):
 
     @classmethod
     def from_toml(cls, path: Path) -> RegistryFile:
-        _refuse_world_writable(path)
+        refuse_world_writable(path)
         with path.open("rb") as file:
             data = tomllib.load(file)
         return cls.model_validate(data, context={"base": path.resolve().parent})
 
 
-def _refuse_world_writable(path: Path) -> None:
-    """A registry anyone can rewrite (the file, or a folder without the sticky bit that
-    lets anyone replace it) would let anyone run code in the worker."""
+def refuse_world_writable(path: Path, what: str = "the model registry") -> None:
+    """A registry or factory module anyone can rewrite (the file, or a folder without
+    the sticky bit that lets anyone replace it) would let anyone run code in the worker."""
     for where in (path, path.resolve().parent):
         mode = where.stat().st_mode
         replaceable = where.is_file() or not mode & stat.S_ISVTX
         if mode & stat.S_IWOTH and replaceable:
             raise PermissionError(
-                f"refusing the model registry {path}: {where} is writable by every user, "
+                f"refusing {what} {path}: {where} is writable by every user, "
                 "and the registry names code the worker runs (chmod o-w it)"
             )
