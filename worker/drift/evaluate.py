@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from storage.drift_records import CATEGORICAL, OUTPUT, Reference, WindowStats
 from storage.histograms import jensen_shannon, kolmogorov_smirnov, psi, psi_level
+from worker.drift import critical
 from worker.drift.thresholds import DriftThresholds
 
 
@@ -41,31 +42,45 @@ class Verdict:
 def evaluate(
     window: WindowStats, references: Mapping[str, Reference], t: DriftThresholds
 ) -> Verdict:
-    """``references`` maps a series ("output", "input") to its reference histogram."""
+    """``references`` maps a series ("output", "input") to its reference histogram.
+
+    A metric crosses when it is above its threshold and above what chance alone reaches
+    in a window of this size (``critical``): the window's tests share ``t.alpha``, so an
+    in-distribution window is flagged with probability at most about ``t.alpha``."""
     verdict = Verdict(window)
     output = references.get(OUTPUT)
     categorical = output is not None and output.kind == CATEGORICAL
     labelled = window.labelled >= t.min_labelled
     verdict.metrics["error_rate"] = window.error_rate
     verdict.metrics["mae"] = window.mean_abs_error
-    if labelled and categorical and t.error_rate_max is not None:
-        _check(verdict, "error_rate", window.error_rate, t.error_rate_max)
+    judged: dict[str, tuple[Reference, list[int]]] = {}
+    for series, ref in sorted(references.items()):
+        current = window.counts(series, len(ref.counts))
+        if window.rows >= t.min_rows and sum(current) > 0:
+            judged[series] = (ref, current)
+    error_test = labelled and categorical and t.error_rate_max is not None
+    alpha = t.alpha / max(2 * len(judged) + error_test, 1)
+    if error_test and t.error_rate_max is not None:
+        chance = critical.error_rate(window.labelled, t.error_rate_max, alpha)
+        _check(verdict, "error_rate", window.error_rate, max(t.error_rate_max, chance))
     if labelled and not categorical and t.mae_max is not None:
         _check(verdict, "mae", window.mean_abs_error, t.mae_max)
     if window.ref_checked:
         # Any sampled request further from the reference than its tolerance.
         share = window.ref_deviant / window.ref_checked
         _check(verdict, "reference_deviant", share, 0.0)
-    enough = window.rows >= t.min_rows
-    for series, ref in sorted(references.items()):
-        current = window.counts(series, len(ref.counts))
-        if not enough or sum(current) == 0:
-            continue
-        _check(verdict, f"{series}_psi", psi(ref.counts, current), t.psi_max)
+    for series, (ref, current) in judged.items():
+        n, m, bins = sum(current), ref.rows, len(ref.counts)
+        chance = critical.psi(n, m, bins, alpha)
+        _check(verdict, f"{series}_psi", psi(ref.counts, current), max(t.psi_max, chance))
         if ref.kind == CATEGORICAL:
-            _check(verdict, f"{series}_js", jensen_shannon(ref.counts, current), t.js_max)
+            chance = critical.jensen_shannon(n, m, bins, alpha)
+            value = jensen_shannon(ref.counts, current)
+            _check(verdict, f"{series}_js", value, max(t.js_max, chance))
         else:
-            _check(verdict, f"{series}_ks", kolmogorov_smirnov(ref.counts, current), t.ks_max)
+            chance = critical.kolmogorov_smirnov(n, m, alpha)
+            value = kolmogorov_smirnov(ref.counts, current)
+            _check(verdict, f"{series}_ks", value, max(t.ks_max, chance))
     return verdict
 
 

@@ -6,11 +6,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class DriftThresholds(BaseModel):
-    """A window crosses a threshold when its value is above it. Distribution checks need
+    """A window crosses a threshold when its value is above it and above what chance
+    alone reaches in a window of its size; the window's tests share ``alpha``, the
+    chance that a window of in-distribution data is flagged. Distribution checks need
     ``min_rows`` rows in the window, labelled-error checks ``min_labelled`` labels."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    alpha: float = Field(default=0.01, gt=0, lt=1)
     psi_max: float = Field(default=0.25, gt=0)  # PSI above 0.25 is a major shift
     js_max: float = Field(default=0.1, gt=0)  # Jensen-Shannon (bits), categorical outputs
     ks_max: float = Field(default=0.25, gt=0)  # Kolmogorov-Smirnov, numeric series
