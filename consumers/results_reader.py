@@ -98,8 +98,12 @@ class ResultsReader:
                 return Lookup(found, missing, read, elapsed)
 
     def follow(self) -> Iterator[ReadBack]:
-        """Each record that arrives from now on, until the caller stops."""
+        """Each record that arrives from now on, until the caller stops; the topics'
+        current ends are found before this returns."""
         skip_to_end(self._consumer, self._tps)
+        return self._arriving()
+
+    def _arriving(self) -> Iterator[ReadBack]:
         while True:
             for records in self._consumer.poll(timeout_ms=500).values():
                 yield from self._read_backs(records)

@@ -41,7 +41,7 @@ EmbeddedOrBootstrap = Annotated[
         "--bootstrap",
         "-b",
         envvar="INFERLANE_BOOTSTRAP",
-        help="Kafka bootstrap servers (env INFERLANE_BOOTSTRAP); unset: start an embedded broker.",
+        help="Kafka bootstrap servers, host:port[,host:port]; unset: start an embedded broker.",
     ),
 ]
 
@@ -56,10 +56,10 @@ def root(
         ),
     ] = False,
 ) -> None:
-    """Kafka-driven inference worker: serve models from Kafka, read results back, score
-    files, query drift and roll out model versions.
+    """Kafka-driven inference worker: serve models from Kafka topics, into Kafka and SQL.
 
-    Exit codes: 0 done, 1 a runtime failure (database, broker, port), 2 a usage error."""
+    Read results back, score files, query drift and roll out model versions. Exit codes:
+    0 done, 1 a runtime failure (database, broker, port), 2 a usage error."""
     from worker.settings_env import unknown_variables
 
     if ctx.resilient_parsing or ctx.meta.get("inferlane.help"):
@@ -236,8 +236,9 @@ def demo(
     database: Database = None,
     http_port: HttpPort = None,
 ) -> None:
-    """Embedded broker + SQLite + demo models: a labelled mixed workload, then a report,
-    then the commands that query what it wrote."""
+    """A labelled mixed workload through an embedded broker, SQLite and the demo models.
+
+    Then a report, and the commands that query what it wrote."""
     from storage import redacted_url
     from worker.demo import render, run_demo, workload
     from worker.serve import load_registry, with_broker
@@ -268,11 +269,12 @@ def _next_steps(url: str) -> None:
     shown = redacted_url(url)
     flag = "" if url == database_url(None) else f" --database {shlex.quote(shown)}"
     program = _program()
-    console.print(f"\nThe demo's results, drift log and windows are in {shown}. Next:")
+    # Plain lines, never wrapped: each command must work as it is copied.
+    typer.echo(f"\nThe demo wrote its results, drift log and windows to {shown}. Next:")
     for command in ("anomalies", "drift"):
-        console.print(f"  {program} {command}{flag}", markup=False, highlight=False)
+        typer.echo(f"  {program} {command}{flag}")
     if flag and shown != url:
-        console.print("  (with the database password, which is not printed)")
+        typer.echo("  (with the database password, which is not printed)")
 
 
 def _program() -> str:

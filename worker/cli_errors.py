@@ -11,6 +11,7 @@ shows the traceback of every failure.
 from __future__ import annotations
 
 import errno
+import inspect
 import os
 import sys
 from collections.abc import Sequence
@@ -110,6 +111,10 @@ def warn(message: str) -> None:
 class CliGroup(TyperGroup):
     """The root command group: runs the command and reports how it failed."""
 
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        _reflow(self)
+
     def main(  # type: ignore[override]
         self,
         args: Sequence[str] | None = None,
@@ -155,6 +160,16 @@ class CliGroup(TyperGroup):
         # The root callback checks the environment unless the user asked for help.
         ctx.meta["inferlane.help"] = any(a in ctx.help_option_names for a in args)
         return super().resolve_command(ctx, args)
+
+
+def _reflow(command: Command) -> None:
+    """Docstrings wrap at the code's width; typer's help keeps those line breaks, which
+    then cut sentences in two. Each paragraph becomes one line that the terminal wraps."""
+    if command.help:
+        paragraphs = inspect.cleandoc(command.help).split("\n\n")
+        command.help = "\n\n".join(" ".join(p.split()) for p in paragraphs)
+    for sub in getattr(command, "commands", {}).values():
+        _reflow(sub)
 
 
 def _debug(argv: list[str]) -> bool:

@@ -33,7 +33,7 @@ Models = Annotated[
         "--models",
         envvar="INFERLANE_MODELS",
         dir_okay=False,
-        help="Model registry TOML (env INFERLANE_MODELS); unset: the demo models.",
+        help="Model registry TOML; unset: the demo models.",
     ),
 ]
 Bootstrap = Annotated[
@@ -43,8 +43,8 @@ Bootstrap = Annotated[
         "-b",
         envvar="INFERLANE_BOOTSTRAP",
         help=(
-            "Kafka bootstrap servers, host:port[,host:port] (env INFERLANE_BOOTSTRAP); "
-            "required: `inferlane broker` listens on 127.0.0.1:9092 by default."
+            "Kafka bootstrap servers, host:port[,host:port]; `inferlane broker` listens on "
+            "127.0.0.1:9092 by default."
         ),
     ),
 ]

@@ -34,10 +34,10 @@ def results(
         bool, typer.Option("--json", help="One JSON object per line, outputs whole.")
     ] = False,
 ) -> None:
-    """Results and dead letters of REQUEST_IDS, read from the beginning of the results
-    and dead-letter topics; with --follow, those that arrive from now on.
+    """Results and dead letters of REQUEST_IDS; with --follow, of those still to come.
 
-    Exits 1 when an id has neither a result nor a dead letter before the timeout."""
+    By id, both topics are read from their beginning; exits 1 when an id has neither a
+    result nor a dead letter before the timeout."""
     from consumers.broker_check import require_broker
     from consumers.results_reader import ResultsReader
     from worker.config import WorkerSettings
@@ -56,7 +56,9 @@ def results(
     ) as reader:
         if follow:
             with contextlib.suppress(KeyboardInterrupt):
-                for back in reader.follow():
+                arriving = reader.follow()
+                typer.echo(f"following {topics.results} and {topics.dead_letters}", err=True)
+                for back in arriving:
                     if not request_ids or back.request_id in request_ids:
                         _show(back, json)
             return

@@ -175,8 +175,9 @@ def purge(
     batch_rows: Annotated[int, typer.Option(min=1, help="Rows per transaction.")] = 1000,
     json: Json = False,
 ) -> None:
-    """Delete drift-log rows and drift windows older than ``--older-than``, in small
-    transactions that the worker's writes interleave with."""
+    """Delete drift-log rows and drift windows older than --older-than.
+
+    In small transactions, which the worker's writes interleave with."""
     from storage.retention import purge as purge_rows
     from worker.drift.views import parse_span_s
 

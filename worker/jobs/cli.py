@@ -81,8 +81,9 @@ def score(
     ] = None,
     torch_threads: Annotated[int | None, typer.Option(help="torch intra-op threads.")] = None,
 ) -> None:
-    """Score a file (or a topic's past requests) with a model, resumably: run the same
-    command again after a crash."""
+    """Score a file (or a topic's past requests) with a model, resumably.
+
+    After a crash, run the same command again: it goes on where it stopped."""
     import torch
 
     from worker.jobs.checks import check_job

@@ -102,7 +102,9 @@ def check(registry: Registry = None, models_file: Models = None) -> None:
 
 @app.command("build-demo")
 def build_demo(
-    folder: Annotated[Path, typer.Argument(file_okay=False)],
+    folder: Annotated[
+        Path, typer.Argument(file_okay=False, help="Folder to write the registry and models in.")
+    ],
     copies: Annotated[int, typer.Option(min=0, help="Also N copies of digits.")] = 0,
 ) -> None:
     """Build the demo registry in FOLDER; with --copies, N digits copies in FOLDER/copies."""

@@ -65,8 +65,10 @@ def start(
     database: Database = None,
     reason: Reason = None,
 ) -> None:
-    """Start rolling out a candidate version of MODEL: the candidate's rollout plan in
-    the registry (or the defaults), overridden by the options given."""
+    """Start rolling out a candidate version of MODEL.
+
+    The candidate's rollout plan in the registry (or the defaults), overridden by the
+    options given."""
     from storage.rollouts import RolloutConflict
     from worker.rollout.begin import begin
 
