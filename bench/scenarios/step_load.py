@@ -178,7 +178,7 @@ async def measure(
     name = name or policy
     db = ctx.path(f"step_load-{model}-{name}.db")
     db.unlink(missing_ok=True)
-    extra = (*ctx.worker_args, "--metrics-port", str(port))
+    extra = (*ctx.worker_args, "--http-port", str(port))
     kind, _, size = policy.partition("-")
     if size:
         extra = (*extra, "--max-batch", size)
