@@ -8,6 +8,7 @@ asks once per server, each within ``timeout_s``, and reports what each one said.
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 from aiokafka.conn import collect_hosts, create_conn
 from aiokafka.errors import KafkaError, UnsupportedSaslMechanismError
@@ -49,8 +50,10 @@ async def check_broker(
 
 
 def require_broker(bootstrap: str, security: KafkaSecurity | None = None) -> None:
-    """``check_broker`` for blocking code (the command line)."""
-    asyncio.run(check_broker(bootstrap, security))
+    """``check_broker`` for blocking code, on a thread of its own: the caller's thread may
+    already run an event loop (a test, a notebook)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="inferlane-broker-check") as pool:
+        pool.submit(asyncio.run, check_broker(bootstrap, security)).result()
 
 
 async def _ask(host: str, port: int, security: KafkaSecurity, timeout_s: float) -> None:

@@ -247,7 +247,10 @@ def demo(
     settings = _settings(
         database_url=url, bootstrap=os.environ.get("INFERLANE_BOOTSTRAP"), http_port=http_port
     )
-    _http_port_free(settings)
+    if http_port is not None:
+        # A port asked for must be free; with the default taken, the demo's worker runs
+        # without its status page (as a Worker does), so the first command still works.
+        _http_port_free(settings)
     if url.startswith("sqlite:///") and database is None:
         # A fresh file each time, so the report counts this run only.
         Path(url.removeprefix("sqlite:///")).unlink(missing_ok=True)

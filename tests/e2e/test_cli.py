@@ -64,9 +64,11 @@ def test_run_with_embedded_broker_leaves_no_orphan(
     how: signal.Signals, tmp_path: Path, demo_registry_path: Path
 ) -> None:
     log = tmp_path / "run.log"
+    # No HTTP port: 9400 may be taken on a shared machine, and `run` refuses a taken one.
     proc = inferlane(
-        "run", "--database", f"sqlite:///{tmp_path / 'r.db'}", log=log, models=demo_registry_path
-    )
+        "run", "--database", f"sqlite:///{tmp_path / 'r.db'}", "--http-port", "0",
+        log=log, models=demo_registry_path,
+    )  # fmt: skip
     child = wait_for_broker_child(proc, log, "inferlane serving")
     proc.send_signal(how)
     code = proc.wait(timeout=60)
