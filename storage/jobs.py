@@ -3,22 +3,32 @@
 A local job's checkpoint moves inside the transaction that writes its results
 (``ResultStore.write(..., also=store.advance(...))``) and only from the value the
 writer last saw, so a crashed or cancelled job never counts a row twice.
+
+A process that runs a job writes a heartbeat every ``HEARTBEAT_S`` with the database's
+clock, so a reader on any machine can tell a running job from one whose process died:
+``running`` with no heartbeat for ``STALE_AFTER_S`` reads as ``interrupted``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, insert, select, update
+from sqlalchemy import Connection, Engine, RowMapping, func, insert, select, update
 
+from storage.drift_records import as_utc
 from storage.engine import begin_write
 from storage.schema import inference_results, jobs
 
-RUNNING, DONE, CANCELLED = "running", "done", "cancelled"
+RUNNING, DONE, CANCELLED, FAILED = "running", "done", "cancelled", "failed"
 PUBLISHED = "published"  # a distributed job whose rows are all on Kafka
+INTERRUPTED = "interrupted"  # shown, never stored: running, and its process is gone
+HEARTBEAT_S = 5.0
+# Six missed beats: a process stalled by a busy machine or a long SQL write still counts
+# as alive; one killed reads as interrupted half a minute later.
+STALE_AFTER_S = 30.0
 
 
 class JobConflict(Exception):
@@ -41,6 +51,16 @@ class JobRecord:
     recomputed: int
     created_at: datetime
     updated_at: datetime
+    error: str | None  # why it failed
+    runner: str | None  # host:pid of the process that runs it, or ran it last
+    heartbeat_at: datetime | None
+    stale: bool  # no heartbeat for STALE_AFTER_S (by the database's clock)
+
+    @property
+    def status(self) -> str:
+        """The state to show: ``interrupted`` for a running job whose process is gone
+        (run the same command again to resume it)."""
+        return INTERRUPTED if self.state == RUNNING and self.stale else self.state
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +79,16 @@ class JobStore:
         self._engine = engine
 
     def get(self, name: str) -> JobRecord | None:
+        query = select(jobs, func.now().label("db_now")).where(jobs.c.name == name)
         with self._engine.connect() as conn:
-            row = conn.execute(select(jobs).where(jobs.c.name == name)).mappings().first()
-        return JobRecord(**row) if row is not None else None
+            row = conn.execute(query).mappings().first()
+        return _record(row) if row is not None else None
 
     def all(self) -> list[JobRecord]:
+        query = select(jobs, func.now().label("db_now")).order_by(jobs.c.created_at)
         with self._engine.connect() as conn:
-            rows = conn.execute(select(jobs).order_by(jobs.c.created_at)).mappings().all()
-        return [JobRecord(**row) for row in rows]
+            rows = conn.execute(query).mappings().all()
+        return [_record(row) for row in rows]
 
     def create(
         self, name: str, *, kind: str, model: str, params: dict[str, Any], rows_total: int | None
@@ -90,7 +112,49 @@ class JobStore:
         }
         with begin_write(self._engine) as conn:
             conn.execute(insert(jobs).values(values))
-        return JobRecord(**values)
+        record = self.get(name)
+        assert record is not None
+        return record
+
+    def claim(self, name: str, runner: str) -> None:
+        """This process runs the job now (running again if it had failed), with a
+        heartbeat; ``JobConflict`` if it was cancelled or finished meanwhile."""
+        with begin_write(self._engine) as conn:
+            moved = conn.execute(
+                update(jobs)
+                .where(jobs.c.name == name, jobs.c.state.in_([RUNNING, FAILED]))
+                .values(
+                    state=RUNNING,
+                    error=None,
+                    runner=runner[:255],
+                    heartbeat_at=func.now(),
+                    updated_at=datetime.now(UTC),
+                )
+            )
+        if moved.rowcount != 1:
+            raise JobConflict(f"job {name!r} is no longer running or failed")
+
+    def heartbeat(self, name: str) -> None:
+        """The running job's process is alive (the database's clock)."""
+        with begin_write(self._engine) as conn:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.name == name, jobs.c.state == RUNNING)
+                .values(heartbeat_at=func.now())
+            )
+
+    def fail(self, name: str, reason: str) -> None:
+        """Mark a running job failed, saying why; a rerun of the same command resumes it."""
+        with begin_write(self._engine) as conn:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.name == name, jobs.c.state == RUNNING)
+                .values(state=FAILED, error=reason, updated_at=datetime.now(UTC))
+            )
+
+    def release(self, name: str) -> None:
+        """Its process stops without finishing (Ctrl-C): interrupted from now on."""
+        self._update(name, heartbeat_at=None)
 
     def advance(self, name: str, start: int, counts: WindowCounts) -> Callable[[Connection], None]:
         """A step for the results transaction: checkpoint ``start`` → ``start + rows``."""
@@ -120,11 +184,12 @@ class JobStore:
         self._update(name, state=DONE, **values)
 
     def cancel(self, name: str) -> bool:
-        """Mark a running (or published) job cancelled; False if there is none by that name."""
+        """Mark a running, failed or published job cancelled; False if there is none by
+        that name."""
         with begin_write(self._engine) as conn:
             moved = conn.execute(
                 update(jobs)
-                .where(jobs.c.name == name, jobs.c.state.in_([RUNNING, PUBLISHED]))
+                .where(jobs.c.name == name, jobs.c.state.in_([RUNNING, FAILED, PUBLISHED]))
                 .values(state=CANCELLED, updated_at=datetime.now(UTC))
             )
         return moved.rowcount == 1
@@ -166,3 +231,10 @@ class JobStore:
             ]
         rows.sort(key=lambda r: r[0])
         return rows
+
+
+def _record(row: RowMapping) -> JobRecord:
+    values = dict(row)
+    now, beat = values.pop("db_now"), values["heartbeat_at"]
+    stale = beat is None or as_utc(now) - as_utc(beat) > timedelta(seconds=STALE_AFTER_S)
+    return JobRecord(**values, stale=stale)

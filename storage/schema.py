@@ -203,6 +203,11 @@ jobs = Table(
     Column("recomputed", BigInteger, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # Migration 0005: why a failed job stopped; the process running it (host:pid), which
+    # writes ``heartbeat_at`` with the database's clock while it runs.
+    Column("error", Text),
+    Column("runner", String(255)),
+    Column("heartbeat_at", DateTime(timezone=True)),
     Index(None, "state"),
 )
 

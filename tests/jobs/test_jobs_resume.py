@@ -49,6 +49,16 @@ def wait_for_checkpoint(url: str, rows: int, proc: subprocess.Popen[bytes]) -> i
         engine.dispose()
 
 
+def kill_9_after(command: list[str], env: dict[str, str], url: str, rows: int) -> None:
+    """Run ``command`` until its job's checkpoint reaches ``rows``, then ``kill -9`` it."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_checkpoint(url, rows, proc)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_kill_9_mid_job_then_the_same_command_resumes_exactly_once(
     tmp_path: Path, db_url: str, demo_registry_path: Path
 ) -> None:
@@ -56,12 +66,7 @@ def test_kill_9_mid_job_then_the_same_command_resumes_exactly_once(
     output = tmp_path / "out.parquet"
     env = {**os.environ, "INFERLANE_MODEL_CACHE": str(demo_registry_path.parent)}
     command = score_command(source, output, db_url)
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_checkpoint(db_url, 2 * WINDOW, proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    kill_9_after(command, env, db_url, 2 * WINDOW)
 
     engine = make_engine(db_url)
     jobs = JobStore(engine)

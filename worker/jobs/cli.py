@@ -176,6 +176,7 @@ def _compare(name: str, params: object, url: str) -> None:
 
 def _run_local(name: str, params: object, url: str, models: Path | None, overwrite: bool) -> None:
     from storage import ResultStore
+    from worker.jobs.liveness import JobFailed
     from worker.jobs.local import JobError, LocalJob, OutputExists
     from worker.jobs.params import JobParams
     from worker.serve import load_registry
@@ -212,7 +213,7 @@ def _run_local(name: str, params: object, url: str, models: Path | None, overwri
         except OutputExists as exc:
             console.print(f"[red]{exc}[/]")
             raise typer.Exit(2) from None
-        except JobError as exc:
+        except (JobError, JobFailed) as exc:
             console.print(f"[red]{exc}[/]")
             raise typer.Exit(1) from None
     rows_this_run = (record.checkpoint - first[0]) if first[0] >= 0 else 0
@@ -256,6 +257,7 @@ def _publish(
 ) -> None:
     from storage import ResultStore
     from worker.jobs.distributed import errors_file, publish
+    from worker.jobs.liveness import JobFailed
     from worker.jobs.params import JobParams
     from worker.serve import load_registry
 
@@ -266,7 +268,11 @@ def _publish(
         )
     registry = load_registry(models)
     with ResultStore(url) as store:
-        record = publish(name, params, registry, store, bootstrap)
+        try:
+            record = publish(name, params, registry, store, bootstrap)
+        except JobFailed as exc:
+            console.print(f"[red]{exc}[/]")
+            raise typer.Exit(1) from None
     console.print(
         f"job {name}: published {record.checkpoint - record.errors:,} rows to the low lane "
         f"({record.errors:,} bad rows in {errors_file(name, params)}); "
@@ -276,11 +282,11 @@ def _publish(
 
 @jobs_app.command("list")
 def list_jobs(database: Database = None) -> None:
-    """Every job: state and progress."""
+    """Every job: state, progress, and why it failed or stopped."""
     from storage import ResultStore
     from storage.jobs import JobStore
 
-    table = Table("job", "kind", "model", "state", "rows", "errors", "updated")
+    table = Table("job", "kind", "model", "state", "rows", "errors", "updated", "note")
     with ResultStore(database_url(database)) as store:
         for r in JobStore(store.engine).all():
             total = f"{r.rows_total:,}" if r.rows_total is not None else "?"
@@ -288,10 +294,11 @@ def list_jobs(database: Database = None) -> None:
                 r.name,
                 r.kind,
                 r.model,
-                r.state,
+                r.status,
                 f"{r.checkpoint:,}/{total}",
                 f"{r.errors:,}",
                 r.updated_at.strftime("%Y-%m-%d %H:%M:%S"),
+                _note(r),
             )
     Console().print(table)
 
@@ -309,10 +316,12 @@ def show(name: JobName, database: Database = None) -> None:
             console.print(f"[red]no job {name!r}[/]")
             raise typer.Exit(1)
         table = Table(title=f"job {name}", show_header=False)
+        table.add_row("state", record.status)
+        if note := _note(record):
+            table.add_row("note", note)
         for key in (
             "kind",
             "model",
-            "state",
             "rows_total",
             "checkpoint",
             "errors",
@@ -321,6 +330,8 @@ def show(name: JobName, database: Database = None) -> None:
             "recomputed",
             "created_at",
             "updated_at",
+            "runner",
+            "heartbeat_at",
         ):
             table.add_row(key, str(getattr(record, key)))
         for key, value in record.params.items():
@@ -334,6 +345,22 @@ def show(name: JobName, database: Database = None) -> None:
             table.add_row("published rows", f"{published:,}")
             table.add_row("complete", "yes" if complete else "no")
     Console().print(table)
+
+
+def _note(record: JobRecord) -> str:
+    """Why a job failed, or that its process is gone and how to go on."""
+    from storage.jobs import FAILED, INTERRUPTED
+
+    if record.status == FAILED:
+        return record.error or ""
+    if record.status == INTERRUPTED:
+        beat = record.heartbeat_at
+        since = f" since {beat.strftime('%Y-%m-%d %H:%M:%S')}" if beat else ""
+        return (
+            f"no heartbeat from {record.runner or 'its process'}{since}: "
+            "run the same command again to resume it"
+        )
+    return ""
 
 
 @jobs_app.command()

@@ -29,6 +29,7 @@ from storage import ResultStore
 from storage.jobs import CANCELLED, PUBLISHED, JobRecord, JobStore, WindowCounts
 from worker.config import WorkerSettings
 from worker.jobs.decode import Decoded, RowError, decode, number_or_nan
+from worker.jobs.liveness import running
 from worker.jobs.local import open_job
 from worker.jobs.outputs import (
     Parts,
@@ -68,12 +69,13 @@ def publish(
     if record.state == PUBLISHED:
         return record
     parts = Parts(errors_file(name, params))
-    parts.discard_from(record.checkpoint)
-    start = record.checkpoint
-    asyncio.run(_publish_from(start, name, params, registry, store, bootstrap, settings))
-    parts.assemble_errors(errors_file(name, params))
-    parts.remove()
-    jobs.set_state(name, PUBLISHED)
+    with running(jobs, name):
+        parts.discard_from(record.checkpoint)
+        start = record.checkpoint
+        asyncio.run(_publish_from(start, name, params, registry, store, bootstrap, settings))
+        parts.assemble_errors(errors_file(name, params))
+        parts.remove()
+        jobs.set_state(name, PUBLISHED)
     final = jobs.get(name)
     assert final is not None
     return final

@@ -23,6 +23,7 @@ from storage import ResultStore
 from storage.jobs import CANCELLED, DONE, JobConflict, JobRecord, JobStore
 from worker.jobs.batch_size import BatchSizer
 from worker.jobs.decode import Decoded, decode
+from worker.jobs.liveness import running
 from worker.jobs.outputs import Parts, parts_dir
 from worker.jobs.params import JobParams
 from worker.jobs.rows import WindowResult, window_result
@@ -83,17 +84,17 @@ class LocalJob:
             shutil.rmtree(parts_dir(self._output), ignore_errors=True)  # if a crash left it
             return record
         parts = Parts(self._output)
-        with _exclusive(parts.folder, self.name):
-            recomputed = parts.discard_from(record.checkpoint)
-            if recomputed:
-                self._jobs.add_recomputed(self.name, recomputed)
-            try:
+        try:
+            with _exclusive(parts.folder, self.name), running(self._jobs, self.name):
+                recomputed = parts.discard_from(record.checkpoint)
+                if recomputed:
+                    self._jobs.add_recomputed(self.name, recomputed)
                 self._score(record, parts)
-            except JobConflict as exc:  # cancelled meanwhile: this window rolled back
-                raise JobError(str(exc)) from None
-            parts.assemble()
-            self._jobs.finish(self.name)
-            parts.remove()
+                parts.assemble()
+                self._jobs.finish(self.name)
+                parts.remove()
+        except JobConflict as exc:  # cancelled meanwhile: this window rolled back
+            raise JobError(str(exc)) from None
         final = self._jobs.get(self.name)
         assert final is not None
         return final
