@@ -244,6 +244,10 @@ class Worker:
     def store(self) -> ResultStore | None:
         return self._store
 
+    @property
+    def registry(self) -> ModelRegistry:
+        return self._registry
+
     def lane_depths(self) -> dict[str, int]:
         return {lane.priority.value: len(lane) for lane in self._lanes}
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from worker.cli_options import Models, renamed
 
 if TYPE_CHECKING:
+    from worker.models.listing import ModelRow
     from worker.models.registry import ModelRegistry
 
 # Model code (torch) is imported inside the commands: `inferlane --help` stays quick.
@@ -47,30 +48,59 @@ def list_models(
     registry: Registry = None,
     models_file: Models = None,
     load: Annotated[bool, typer.Option(help="Load each model to measure its bytes.")] = False,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            help="A running worker's HTTP address (http://HOST:9400): its models as they are "
+            "now. Unset: the registry as this command sees it.",
+        ),
+    ] = None,
 ) -> None:
-    """Name, version, format, tier, bytes and last use of each model in a registry."""
-    from worker.models.tiers import Tier
+    """Name, version, format, tier, bytes and last use of each model."""
+    from worker.models.listing import model_rows
 
-    models = _open(models_file or registry)
-    table = Table("name", "version", "format", "tier", "bytes", "last used")
-    for name in models.names():
-        spec = models.spec(name)
+    rows: list[ModelRow]
+    if url is not None:
+        if load or models_file or registry:
+            raise typer.BadParameter("--url shows the worker's own models: no --models, --load")
+        rows = _live_rows(url)
+        title = f"models of the worker at {url} (live)"
+    else:
+        models = _open(models_file or registry)
         if load:
-            models.ensure(name).exception()  # a failure shows as the model staying on disk
-        placed = models.placements().get(name)
-        tier, size, used = Tier.DISK.value, _file_bytes(spec.path), "-"
-        if placed is not None:
-            tier, size = placed.tier.value, placed.device_bytes
-            if placed.last_used_s is not None:
-                used = datetime.datetime.fromtimestamp(placed.last_used_s).isoformat("T", "seconds")
-        table.add_row(name, spec.version, spec.format, tier, f"{size:,}", used)
-    models.close()
+            for name in models.names():
+                models.ensure(name).exception()  # a failure shows as the model on disk
+        rows = model_rows(models)
+        models.close()
+        title = (
+            "models of the registry (this command's own process; "
+            "--url http://HOST:9400 shows a running worker's tiers)"
+        )
+    table = Table("name", "version", "format", "tier", "bytes", "last used", title=title)
+    for r in rows:
+        used = "-"
+        if r.last_used_s is not None:
+            used = datetime.datetime.fromtimestamp(r.last_used_s).isoformat("T", "seconds")
+        table.add_row(r.name, r.version, r.format, r.tier, f"{r.bytes:,}", used)
     console.print(table)
 
 
-def _file_bytes(path: Path) -> int:
-    files = path.rglob("*") if path.is_dir() else [path]
-    return sum(f.stat().st_size for f in files if f.is_file())
+def _live_rows(url: str) -> list[ModelRow]:
+    """The worker's ``/models.json``; exit 1 with the reason if it does not answer."""
+    import urllib.request
+
+    import orjson
+
+    from worker.models.listing import ModelRow
+
+    address = url.rstrip("/") + "/models.json"
+    try:
+        with urllib.request.urlopen(address, timeout=10) as resp:
+            body = orjson.loads(resp.read())
+        return [ModelRow(**row) for row in body["models"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        console.print(f"[red]no model list from a worker at {address}: {exc}[/]")
+        raise typer.Exit(1) from None
 
 
 @app.command()

@@ -1,7 +1,8 @@
 """The worker's HTTP surface on its own event loop: /metrics, /healthz, /readyz, /.
 
 A minimal HTTP/1.1 server (GET only, one request per connection): rendering the
-metrics and the status data runs in a thread, so a scrape never stalls the pipeline.
+metrics, the status data and the models' places runs in a thread, so a scrape never
+stalls the pipeline.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from worker.config import OpsConfig
 from worker.metrics import ErrorNote, WorkerMetrics
+from worker.models.listing import model_rows
 from worker.ops.page import PAGE
 from worker.ops.readiness import Readiness, ReadinessProbe
 from worker.ops.registry_read import Snapshot
@@ -44,6 +46,7 @@ class OpsServer:
     """``await start()`` binds ``config.http_host:http_port`` (0: does nothing)."""
 
     def __init__(self, view: WorkerView, metrics: WorkerMetrics, config: OpsConfig) -> None:
+        self._view = view
         self._metrics = metrics
         self._config = config
         self._probe = ReadinessProbe(view, config)
@@ -118,9 +121,14 @@ class OpsServer:
             return Response(200, body, CONTENT_TYPE_LATEST)
         if path == "/status.json":
             return Response(200, await self._status(), _JSON)
+        if path == "/models.json":  # read by `inferlane models list --url`
+            rows = await asyncio.to_thread(model_rows, self._view.registry)
+            return Response(200, orjson.dumps({"models": rows}), _JSON)
         if path in ("/", "/index.html"):
             return Response(200, PAGE.encode(), "text/html; charset=utf-8")
-        return Response(404, b"not found: try /, /metrics, /healthz, /readyz\n")
+        return Response(
+            404, b"not found: try /, /metrics, /healthz, /readyz, /status.json, /models.json\n"
+        )
 
     async def _status(self) -> bytes:
         readiness = await self._probe.check()

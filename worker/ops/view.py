@@ -6,6 +6,7 @@ from typing import Protocol
 
 from consumers.offsets import TopicPartitionKey
 from storage import ResultStore
+from worker.models import ModelRegistry
 
 
 class WorkerView(Protocol):
@@ -19,6 +20,9 @@ class WorkerView(Protocol):
 
     @property
     def store(self) -> ResultStore | None: ...
+
+    @property
+    def registry(self) -> ModelRegistry: ...
 
     def lane_depths(self) -> dict[str, int]: ...
 
