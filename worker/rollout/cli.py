@@ -188,20 +188,15 @@ def _store(database: str | None) -> Iterator[RolloutStore]:
 
 def _registry(models: Path | None) -> RegistryFile:
     """The registry the worker serves: ``--models``, else its setting, else the demo."""
-    from pydantic import ValidationError
-
     from worker.config import WorkerSettings
-    from worker.models.specs import RegistryFile
+    from worker.serve import check_registry
 
     path = models or WorkerSettings().models
     if path is None:
         from worker.models.demo import ensure_demo_models
 
         path = ensure_demo_models()
-    try:
-        return RegistryFile.from_toml(path)
-    except (OSError, ValueError, ValidationError) as exc:  # tomllib's errors are ValueErrors
-        _refuse(f"cannot read the registry {path}: {exc}")
+    return check_registry(path)  # one line naming what is wrong, exit 2
 
 
 def _plan(base: RolloutPlan, **given: Any) -> RolloutPlan:
