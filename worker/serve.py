@@ -32,17 +32,9 @@ def load_registry(models: Path | None, device: str = "auto") -> ModelRegistry:
 
 
 def check_registry(path: Path) -> RegistryFile:
-    """The registry file; ``UsageFailed`` naming the file and what is wrong in it."""
-    try:
-        file = RegistryFile.from_toml(path)
-    except FileNotFoundError:
-        raise UsageFailed(
-            f"no model registry at {path}", "check --models (or INFERLANE_MODELS)"
-        ) from None
-    except (OSError, tomllib.TOMLDecodeError) as exc:  # unreadable, world-writable, not TOML
-        raise UsageFailed(f"model registry {path}: {exc}") from None
-    except ValidationError as exc:
-        raise UsageFailed(f"model registry {path}: {problems(exc)}") from None
+    """The registry file, whose models' files exist; ``UsageFailed`` naming the file and
+    what is wrong in it."""
+    file = read_registry(path)
     for spec in [*file.models, *file.candidates]:
         if not spec.path.exists():
             raise UsageFailed(
@@ -51,6 +43,20 @@ def check_registry(path: Path) -> RegistryFile:
                 "fix its path (relative paths start at the registry's folder)",
             )
     return file
+
+
+def read_registry(path: Path) -> RegistryFile:
+    """The registry file as written; ``UsageFailed`` when it does not parse or validate."""
+    try:
+        return RegistryFile.from_toml(path)
+    except FileNotFoundError:
+        raise UsageFailed(
+            f"no model registry at {path}", "check --models (or INFERLANE_MODELS)"
+        ) from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:  # unreadable, world-writable, not TOML
+        raise UsageFailed(f"model registry {path}: {exc}") from None
+    except ValidationError as exc:
+        raise UsageFailed(f"model registry {path}: {problems(exc)}") from None
 
 
 def resolve_device(device: str) -> torch.device:

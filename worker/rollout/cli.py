@@ -189,14 +189,14 @@ def _store(database: str | None) -> Iterator[RolloutStore]:
 def _registry(models: Path | None) -> RegistryFile:
     """The registry the worker serves: ``--models``, else its setting, else the demo."""
     from worker.config import WorkerSettings
-    from worker.serve import check_registry
+    from worker.serve import read_registry
 
     path = models or WorkerSettings().models
     if path is None:
         from worker.models.demo import ensure_demo_models
 
         path = ensure_demo_models()
-    return check_registry(path)  # one line naming what is wrong, exit 2
+    return read_registry(path)  # one line naming what is wrong, exit 2
 
 
 def _plan(base: RolloutPlan, **given: Any) -> RolloutPlan:
