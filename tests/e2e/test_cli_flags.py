@@ -11,6 +11,16 @@ from pathlib import Path
 
 import pytest
 
+DIABETES = """\
+[[models]]
+name = "diabetes"
+version = "1"
+format = "factory"
+factory = "worker.models.demo:build_diabetes"
+path = "{weights}"
+adapter = {{ kind = "regressor", features = 10 }}
+"""
+
 
 def inferlane(*args: str, cwd: Path, models: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INFERLANE_")}
@@ -25,12 +35,14 @@ def inferlane(*args: str, cwd: Path, models: Path) -> subprocess.CompletedProces
 def test_the_registry_as_an_argument_still_works_with_a_warning(
     command: str, tmp_path: Path, demo_registry_path: Path
 ) -> None:
-    old = inferlane("models", command, str(demo_registry_path), cwd=tmp_path,
-                    models=demo_registry_path)  # fmt: skip
-    new = inferlane("models", command, "--models", str(demo_registry_path), cwd=tmp_path,
+    registry = tmp_path / "registry.toml"  # the demo's small regressor alone: quick to check
+    weights = demo_registry_path.parent / "diabetes-1.safetensors"
+    registry.write_text(DIABETES.format(weights=weights))
+    old = inferlane("models", command, str(registry), cwd=tmp_path, models=demo_registry_path)
+    new = inferlane("models", command, "--models", str(registry), cwd=tmp_path,
                     models=demo_registry_path)  # fmt: skip
     assert old.returncode == new.returncode == 0, old.stderr + new.stderr
-    assert "digits" in old.stdout and old.stdout == new.stdout
+    assert "diabetes" in old.stdout and old.stdout == new.stdout
     warning = "warning: the registry as an argument is deprecated and will go away; use --models"
     assert warning in old.stderr and "warning" not in new.stderr
 
