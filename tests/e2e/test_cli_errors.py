@@ -159,6 +159,7 @@ def test_an_unknown_setting_in_the_environment(user: User) -> None:
 def test_a_setting_with_a_bad_value(user: User) -> None:
     ran = user.run("anomalies", INFERLANE_BATCHING__MAX_BATCH="many")
     fails(ran, 2, "batching.max_batch='many' (INFERLANE_BATCHING__MAX_BATCH)", "valid integer")
+    assert user.files() == set()
 
 
 # -- runtime errors (exit 1) -----------------------------------------------------------
@@ -169,6 +170,7 @@ def test_a_postgresql_database_that_does_not_exist(user: User, pg_database: str)
     url = missing.render_as_string(hide_password=False)
     ran = user.run("run", "--database", url, "--http-port", "0")
     fails(ran, 1, f'database "{missing.database}" does not exist', "--database")
+    assert user.files() == set()
 
 
 def test_a_postgresql_url_without_its_driver(user: User) -> None:
@@ -197,6 +199,7 @@ def test_publish_with_no_broker_names_the_address(user: User) -> None:
     port = free_port()
     ran = user.run("publish", "requests.jsonl", "--bootstrap", f"127.0.0.1:{port}")
     fails(ran, 1, f"no Kafka broker answered at 127.0.0.1:{port}", "--bootstrap")
+    assert user.files() == {"requests.jsonl"}
 
 
 def test_publish_with_sasl_to_a_broker_without_it_ends_in_time(
@@ -213,6 +216,7 @@ def test_publish_with_sasl_to_a_broker_without_it_ends_in_time(
     fails(ran, 1, "SASL_PLAINTEXT", "does not offer this SASL mechanism",
           "INFERLANE_KAFKA__SECURITY__")  # fmt: skip
     assert "secret-pw" not in ran.out + ran.err
+    assert user.files() == {"requests.jsonl"}
 
 
 def test_run_on_a_busy_http_port(user: User, held_port: int) -> None:
@@ -224,6 +228,7 @@ def test_run_on_a_busy_http_port(user: User, held_port: int) -> None:
 def test_broker_on_a_busy_port(user: User, held_port: int) -> None:
     ran = user.run("broker", "--port", str(held_port), timeout_s=60)
     fails(ran, 1, f"port {held_port} on 127.0.0.1 is already in use", "--port")
+    assert user.files() == set()
 
 
 def test_query_commands_never_create_a_database(user: User) -> None:
