@@ -3,9 +3,10 @@
 A rollout, live: the embedded broker, one worker, SQLite, and a steady stream of
 labelled digits requests. First a worse candidate (noisy weights) goes canary and is
 rolled back; then an equivalent one (the same weights) goes through every step to
-100%. Every half second the candidate's share and the worker's gate values are
-sampled; the PNG draws them over time with the decisions marked, and the terminal
-gets each decision and how long the rollback took after the candidate's first answer.
+100%. Every half second the candidate's share and the worker's gate values (each
+with its confidence sequence) are sampled; the PNG draws them over time with the
+decisions marked, and the terminal gets each decision and how long the rollback took
+after the candidate's first answer.
 """
 
 from __future__ import annotations
@@ -50,8 +51,12 @@ class Trace:
 
     t: list[float] = field(default_factory=list)
     share: list[float] = field(default_factory=list)  # percent
+    # Per gate: its estimate and its confidence sequence's ends, sample by sample.
     gates: dict[str, list[float]] = field(default_factory=lambda: {g: [] for g in GATES})
-    thresholds: dict[str, float] = field(default_factory=dict)
+    lows: dict[str, list[float]] = field(default_factory=lambda: {g: [] for g in GATES})
+    highs: dict[str, list[float]] = field(default_factory=lambda: {g: [] for g in GATES})
+    thresholds: dict[str, float] = field(default_factory=dict)  # the limits: pass below
+    allowed: dict[str, float] = field(default_factory=dict)  # fail above
     runs: list[tuple[RolloutRecord, list[RolloutEvent], float]] = field(default_factory=list)
     t0_wall: float = 0.0  # the wall clock at t = 0
 
@@ -78,11 +83,12 @@ async def traffic(bootstrap: str, rate: int) -> AsyncIterator[None]:
         await task
 
 
-def gate_values(worker: Worker, candidate: str) -> dict[str, float]:
-    """The gates the worker judged last for this candidate (NaN: waiting for data)."""
+def gate_values(worker: Worker, candidate: str, metric: str) -> dict[str, float]:
+    """One of the gates' series (value, low, high) as the worker judged them last for
+    this candidate (NaN: no data)."""
     out = dict.fromkeys(GATES, float("nan"))
     for family in worker.metrics.registry.collect():
-        if family.name == "inferlane_rollout_gate_value":
+        if family.name == f"inferlane_rollout_gate_{metric}":
             for s in family.samples:
                 if s.labels["candidate"] == candidate and s.labels["gate"] in out:
                     out[s.labels["gate"]] = s.value
@@ -100,8 +106,9 @@ async def follow(
         trace.share.append(record.share * 100 if record.state == "running" else 0.0)
         if record.state == "promoted":
             trace.share[-1] = 100.0
-        for gate, value in gate_values(worker, rollout.candidate_version).items():
-            trace.gates[gate].append(value)
+        for metric, series in (("value", trace.gates), ("low", trace.lows), ("high", trace.highs)):
+            for gate, value in gate_values(worker, rollout.candidate_version, metric).items():
+                series[gate].append(value)
         if record.state != "running":
             return record
         await asyncio.sleep(0.5)
@@ -125,7 +132,10 @@ async def run(interval_s: float, rate: int) -> Trace:
     registry_path = ensure_rollout_models()
     registry = ModelRegistry.from_toml(registry_path)
     plan = RolloutPlan(steps=[5, 25, 50, 100], interval_s=interval_s, passes=1, sample=0.5)
-    trace = Trace(thresholds={g: getattr(plan.gates, f"max_{g}") for g in GATES})
+    trace = Trace(
+        thresholds={g: getattr(plan.gates, f"max_{g}") for g in GATES},
+        allowed={g: getattr(plan.gates, f"allowed_{g}") for g in GATES},
+    )
     with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
         settings = WorkerSettings(
             bootstrap=broker.bootstrap,
@@ -160,8 +170,14 @@ def draw(trace: Trace, out: Path) -> None:
     axes[0].set_ylabel("candidate share (%)")
     axes[0].set_ylim(-5, 105)
     for gate, ax in zip(GATES, axes[1:], strict=True):
+        ax.fill_between(
+            trace.t, trace.lows[gate], trace.highs[gate], alpha=0.25, label="confidence sequence"
+        )
         ax.plot(trace.t, trace.gates[gate], ".-", ms=3, label=gate)
-        ax.axhline(trace.thresholds[gate], color="tab:red", ls="--", label="threshold")
+        ax.axhline(trace.thresholds[gate], color="tab:green", ls="--", label="passes below")
+        ax.axhline(trace.allowed[gate], color="tab:red", ls="--", label="fails above")
+        limit = trace.thresholds[gate]
+        ax.set_ylim(-2 * limit, 4 * limit)  # the band starts wide: show the decision zone
         ax.set_ylabel(gate.replace("_", " "))
         ax.legend(loc="upper right", fontsize=8)
     for ended, events, _ in trace.runs:

@@ -183,12 +183,12 @@ def simulate(
     return Summary(scenario, endings)
 
 
-def _quantiles(values: list[int | None] | list[int] | list[float]) -> str:
+def _quantiles(values: list[int | None] | list[int] | list[float], digits: int = 0) -> str:
     known = [v for v in values if v is not None]
     if not known:
         return "-"
-    q = np.quantile(known, [0.5, 0.99])
-    return f"{q[0]:,.0f} / {q[1]:,.0f} / {max(known):,.0f}"
+    median, p99 = np.quantile(known, [0.5, 0.99])
+    return f"{median:,.{digits}f} / {p99:,.{digits}f} / {max(known):,.{digits}f}"
 
 
 def report(summaries: list[Summary], console: Console) -> None:
@@ -201,9 +201,10 @@ def report(summaries: list[Summary], console: Console) -> None:
         "promoted",
         "undecided",
         "labels at the end",
+        "compared at the end",
         "labels when the label gate passed",
         "compared when disagreement passed",
-        "seconds at the end",
+        "minutes at the end",
     ):
         table.add_column(column, justify="right")
     for s in summaries:
@@ -215,9 +216,10 @@ def report(summaries: list[Summary], console: Console) -> None:
             f"{s.share(State.PROMOTED):.1%}",
             f"{s.share(State.RUNNING):.1%}",
             _quantiles([e.labelled for e in s.endings]),
+            _quantiles([e.compared for e in s.endings]),
             _quantiles([e.labels_passed for e in s.endings]),
             _quantiles([e.compared_passed for e in s.endings]),
-            _quantiles([e.seconds for e in s.endings]),
+            _quantiles([e.seconds / 60 for e in s.endings], digits=1),
         )
     console.print(table)
 
@@ -228,7 +230,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0, help="labelled requests/s")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=240)  # the table is wide: never wrapped
     plan, gates = RolloutPlan(), Gates()
     console.print(
         f"default plan: steps {plan.steps}, interval {plan.interval_s:g} s, passes "

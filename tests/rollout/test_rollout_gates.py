@@ -155,6 +155,15 @@ def test_a_failing_gate_rolls_back_at_once_mid_interval() -> None:
     assert "error_rate_increase" in (decision.reason or "")
 
 
+def test_a_slow_interval_is_judged_whole_at_its_end() -> None:
+    """p99 of a partial interval: a stalled batch or two among the first results."""
+    values = both(stats(), stats(ms=200.0, compared=300))
+    assert judge(record(), values, T0 + timedelta(seconds=1)) is None
+    decision = judge(record(), values, T0 + timedelta(seconds=30))
+    assert decision is not None and decision.decision == "rollback"
+    assert (decision.reason or "").startswith("p99_ms")
+
+
 def test_passes_advance_the_steps_and_the_last_step_promotes() -> None:
     values = both(stats(), stats(compared=300))  # no labels: three gates decide
     assert judge(record(), values, T0 + timedelta(seconds=10)) is None  # interval running

@@ -1,7 +1,9 @@
 """What a rollout does next, given its state and its gates' verdict: pure policy.
 
-A failing gate rolls back at once, mid-interval. Otherwise nothing happens until the
-interval ends; then it passes if every required gate passes (the sequential gates
+A failing sequential gate rolls back at once, mid-interval (its test is valid at any
+look); a failing point gate (p99, and regressors' means) at the interval's end, on the
+whole interval's counts. Otherwise nothing happens until the interval ends; then it
+passes if every required gate passes (the sequential gates
 have decided "no worse" on the rollout's counts so far; the p99 gate holds in the
 interval), and ``passes_needed`` passes in a row advance the canary one step (the last
 step promotes). An interval with an undecided required gate starts again, its passes
@@ -34,12 +36,14 @@ def judge(r: RolloutRecord, values: list[GateValue], now: datetime) -> Decision 
     """None: nothing to decide yet (a running interval whose gates have not failed)."""
     if r.state != State.RUNNING:
         return None
-    verdict = overall(values)
-    if verdict is Verdict.FAIL:
-        failed = "; ".join(v.describe() for v in values if v.verdict is Verdict.FAIL)
-        return Decision("rollback", State.ROLLED_BACK, r.step, 0.0, 0, now, failed)
-    if now < r.interval_start + timedelta(seconds=r.interval_s):
+    ended = now >= r.interval_start + timedelta(seconds=r.interval_s)
+    failed = [v for v in values if v.verdict is Verdict.FAIL and (v.anytime or ended)]
+    if failed:
+        reason = "; ".join(v.describe() for v in failed)
+        return Decision("rollback", State.ROLLED_BACK, r.step, 0.0, 0, now, reason)
+    if not ended:
         return None
+    verdict = overall(values)
     if verdict is Verdict.WAIT:
         waiting = ", ".join(v.name for v in values if v.verdict is Verdict.WAIT and v.required)
         reason = f"undecided: {waiting}"

@@ -47,6 +47,7 @@ class GateValue:
     threshold: float  # passes below it (sequential gates: the limit)
     verdict: Verdict
     required: bool = True  # False: an interval may pass while this gate waits
+    anytime: bool = False  # True: its failure holds at any look, not only an interval's end
     # Sequential gates: the confidence sequence now, and the level it fails above.
     low: float = math.nan
     high: float = math.nan
@@ -144,7 +145,17 @@ def _sequential(
         verdict = Verdict.PASS
     else:
         verdict = Verdict.WAIT
-    return GateValue(name, value, limit, verdict, required, bounds.low, bounds.high, allowed)
+    return GateValue(
+        name,
+        value,
+        limit,
+        verdict,
+        required,
+        anytime=True,
+        low=bounds.low,
+        high=bounds.high,
+        allowed=allowed,
+    )
 
 
 def _point(

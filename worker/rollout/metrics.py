@@ -38,6 +38,16 @@ class RolloutMetrics:
             ["model", "candidate", "gate"],
             registry=registry,
         )
+        self.low, self.high = (
+            Gauge(
+                f"inferlane_rollout_gate_{end}",
+                f"The {end} end of the gate's confidence sequence as this worker judged it "
+                "last (sequential gates: error rate, disagreement, labelled error; else NaN)",
+                ["model", "candidate", "gate"],
+                registry=registry,
+            )
+            for end in ("low", "high")
+        )
         self.decisions = Counter(
             "inferlane_rollout_decisions",
             "Rollout decisions this worker took (pass, wait, advance, promote, rollback)",
@@ -61,3 +71,5 @@ class RolloutMetrics:
             self.gate.labels(r.model, r.candidate_version, v.name).set(v.value)
             threshold = v.threshold if math.isfinite(v.threshold) else math.nan
             self.threshold.labels(r.model, r.candidate_version, v.name).set(threshold)
+            self.low.labels(r.model, r.candidate_version, v.name).set(v.low)
+            self.high.labels(r.model, r.candidate_version, v.name).set(v.high)
