@@ -154,6 +154,7 @@ class OpsConfig(_Frozen):
     # /readyz fails while any partition's lag is above this many records.
     ready_max_lag: int = Field(default=100_000, ge=1)
     db_probe_timeout_s: float = Field(default=2.0, gt=0)
+    broker_probe_timeout_s: float = Field(default=2.0, gt=0)
 
 
 class SchedulingConfig(_Frozen):

@@ -1,5 +1,6 @@
-"""/readyz follows the database (cut and restored through a proxy), and the JSON logs of
-that episode carry ids and codes but never payloads or the database password."""
+"""/readyz follows the database (cut and restored through a proxy) within 10 s each way,
+and the JSON logs of that episode carry ids and codes but never payloads or the database
+password."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from worker.workload import digits_requests
 
 from .support import CuttableProxy, aget, until
 
+FLIP_S = 10.0  # readiness follows the database within this, both ways
 PASSWORD = "pw-Secret-4711"  # trust auth accepts any password; the logs must not show it
 MARKER = "PAYLOAD-MARKER-93c1"
 
@@ -35,7 +37,8 @@ def test_decide_names_every_missing_piece() -> None:
     readiness = decide(facts, max_lag=100)
     assert not readiness.ready
     assert readiness.checks == {
-        "partitions_assigned": False, "models_warm": False, "database": False, "lag": False,
+        "broker": True, "partitions_assigned": False, "models_warm": False, "database": False,
+        "lag": False,
     }  # fmt: skip
     assert len(readiness.missing) == 4 and "t[1] is 500 records behind" in readiness.missing[3]
     assert decide(Facts(3, True, None, {("t", 0): 100}), max_lag=100).ready
@@ -86,7 +89,7 @@ async def test_readiness_flips_with_the_database_and_logs_stay_clean(
                 assert await asyncio.to_thread(wait_for_rows, engine, 26) == 26
 
                 proxy.cut()
-                await until(lambda: ready_is(False), what="not ready with the database cut")
+                await until(lambda: ready_is(False), FLIP_S, what="not ready with the database cut")
                 status, body = await aget(readyz)
                 answer = orjson.loads(body)
                 assert status == 503 and answer["checks"]["database"] is False
@@ -105,7 +108,9 @@ async def test_readiness_flips_with_the_database_and_logs_stay_clean(
                 await until(retrying, what="the sink to retry the database")
 
                 proxy.restore()
-                await until(lambda: ready_is(True), what="ready again with the database back")
+                await until(
+                    lambda: ready_is(True), FLIP_S, what="ready again with the database back"
+                )
                 assert await asyncio.to_thread(wait_for_rows, engine, 51) == 51
     finally:
         engine.dispose()
@@ -140,7 +145,7 @@ async def test_a_database_that_hangs_is_reported_without_stalling_the_worker(
         async with Worker(settings, demo_registry):
             await until(lambda: ready_is(True), what="ready")
             proxy.hang()
-            await until(lambda: ready_is(False), what="not ready while the database hangs")
+            await until(lambda: ready_is(False), FLIP_S, what="not ready while the database hangs")
             hung = await answer()
             # Readiness pings again and again; each waits on the one hung ping, so no
             # thread piles up, and the loop keeps answering.
@@ -150,7 +155,7 @@ async def test_a_database_that_hangs_is_reported_without_stalling_the_worker(
             assert len(pingers) == 1
             assert (await aget(f"{base}/healthz"))[0] == 200
             proxy.restore()
-            await until(lambda: ready_is(True), what="ready once the database answers")
+            await until(lambda: ready_is(True), FLIP_S, what="ready once the database answers")
     finally:
         await proxy.stop()
     assert any("no answer within" in m for m in hung["missing"]), hung

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, text
 
+from consumers.broker_check import BrokerUnreachable, check_broker
 from consumers.offsets import TopicPartitionKey
 from worker.config import OpsConfig
 from worker.ops.view import WorkerView
@@ -23,6 +25,7 @@ class Facts:
     models_warm: bool
     database_error: str | None  # None: reachable
     lag: dict[TopicPartitionKey, int]
+    broker_error: str | None = None  # None: a bootstrap server answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,16 +42,19 @@ class Readiness:
 
 
 def decide(facts: Facts, *, max_lag: int) -> Readiness:
-    """Ready when the group gave us partitions, every model is warm, the database
-    answers and no partition is more than ``max_lag`` records behind."""
+    """Ready when the broker and the database answer, the group gave us partitions,
+    every model is warm and no partition is more than ``max_lag`` records behind."""
     behind = {tp: n for tp, n in facts.lag.items() if n > max_lag}
     checks = {
+        "broker": facts.broker_error is None,
         "partitions_assigned": facts.assigned_partitions > 0,
         "models_warm": facts.models_warm,
         "database": facts.database_error is None,
         "lag": not behind,
     }
     missing = []
+    if facts.broker_error is not None:
+        missing.append(f"broker unreachable: {facts.broker_error}")
     if not checks["partitions_assigned"]:
         missing.append("no partitions assigned: the consumer group has not been joined yet")
     if not checks["models_warm"]:
@@ -60,22 +66,60 @@ def decide(facts: Facts, *, max_lag: int) -> Readiness:
     return Readiness(checks, missing)
 
 
-class ReadinessProbe:
-    """Measures the facts; the database is pinged at most once per ``min_interval_s``.
+class _Ping:
+    """One blocking check on a thread of its own, at most one at a time; its answer
+    (None, or what is wrong) is kept for ``min_interval_s``.
 
-    Pings run on a thread of their own, one at a time: a database that hangs (no answer,
-    not a refusal) holds that thread only, never the pool the pipeline's work uses.
+    A dependency that hangs (no answer, not a refusal) holds that thread only, never the
+    event loop nor the pool the pipeline's work uses; later pings wait on the same call.
     """
+
+    def __init__(self, name: str, timeout_s: float, min_interval_s: float) -> None:
+        self._timeout_s = timeout_s
+        self._min_interval_s = min_interval_s
+        self._checked_s = float("-inf")
+        self._error: str | None = "not checked yet"
+        self._lock = asyncio.Lock()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"inferlane-{name}")
+        self._running: asyncio.Future[None] | None = None
+
+    async def error(
+        self, check: Callable[[], None], describe: Callable[[Exception], str]
+    ) -> str | None:
+        async with self._lock:  # concurrent requests share one ping
+            if time.monotonic() - self._checked_s >= self._min_interval_s:
+                self._error = await self._ping(check, describe)
+                self._checked_s = time.monotonic()
+            return self._error
+
+    async def _ping(
+        self, check: Callable[[], None], describe: Callable[[Exception], str]
+    ) -> str | None:
+        if self._running is None or self._running.done():
+            self._running = asyncio.wrap_future(self._thread.submit(check))
+            # An answer that comes after the timeout is read here, or nowhere.
+            self._running.add_done_callback(_retrieved)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._running), self._timeout_s)
+        except TimeoutError:
+            return f"no answer within {self._timeout_s} s"
+        except Exception as exc:
+            return describe(exc)
+        return None
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False, cancel_futures=True)
+
+
+class ReadinessProbe:
+    """Measures the facts; the database and the broker are each pinged at most once per
+    ``min_interval_s``, each on a thread of its own (``_Ping``)."""
 
     def __init__(self, view: WorkerView, config: OpsConfig, *, min_interval_s: float = 1.0):
         self._view = view
         self._config = config
-        self._min_interval_s = min_interval_s
-        self._db_checked_s = float("-inf")
-        self._db_error: str | None = "not checked yet"
-        self._db_lock = asyncio.Lock()
-        self._pinger = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferlane-db-ping")
-        self._ping_running: Future[None] | None = None
+        self._db = _Ping("db-ping", config.db_probe_timeout_s, min_interval_s)
+        self._broker = _Ping("broker-ping", config.broker_probe_timeout_s, min_interval_s)
 
     async def check(self) -> Readiness:
         view = self._view
@@ -83,35 +127,37 @@ class ReadinessProbe:
             lag = await asyncio.wait_for(view.consumer_lag(), self._config.db_probe_timeout_s)
         except Exception:  # mid-rebalance: judged by the other checks this time
             lag = {}
-        facts = Facts(len(view.assignment), view.models_warm, await self._database(), lag)
+        database, broker = await asyncio.gather(self._database(), self._broker_error())
+        facts = Facts(len(view.assignment), view.models_warm, database, lag, broker)
         return decide(facts, max_lag=self._config.ready_max_lag)
 
     async def _database(self) -> str | None:
-        async with self._db_lock:  # concurrent requests share one ping
-            if time.monotonic() - self._db_checked_s >= self._min_interval_s:
-                self._db_error = await self._ping()
-                self._db_checked_s = time.monotonic()
-            return self._db_error
-
-    async def _ping(self) -> str | None:
         store = self._view.store
         if store is None:
             return "not connected yet"
-        if self._ping_running is None or self._ping_running.done():
-            self._ping_running = self._pinger.submit(_select_one, store.engine)
-        try:
-            await asyncio.wait_for(
-                asyncio.shield(asyncio.wrap_future(self._ping_running)),
-                self._config.db_probe_timeout_s,
-            )
-        except TimeoutError:
-            return f"no answer within {self._config.db_probe_timeout_s} s"
-        except Exception as exc:
-            return _describe(exc, store.engine)
-        return None
+        engine = store.engine
+        return await self._db.error(lambda: _select_one(engine), lambda e: _describe(e, engine))
+
+    async def _broker_error(self) -> str | None:
+        kafka = self._view.settings.kafka
+        bootstrap = self._view.settings.bootstrap
+        if bootstrap is None:
+            return "no bootstrap servers configured"
+        timeout_s = self._config.broker_probe_timeout_s
+
+        def ask() -> None:  # a fresh connection each time: a frozen broker cannot answer
+            asyncio.run(check_broker(bootstrap, kafka.security, timeout_s=timeout_s))
+
+        return await self._broker.error(ask, _broker_reason)
 
     def close(self) -> None:
-        self._pinger.shutdown(wait=False, cancel_futures=True)
+        self._db.close()
+        self._broker.close()
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _select_one(engine: Engine) -> None:
@@ -125,3 +171,9 @@ def _describe(exc: Exception, engine: Engine) -> str:
     message = f"{type(exc).__name__}: {lines[0] if lines else ''}"
     password = engine.url.password
     return message.replace(str(password), "***") if password else message
+
+
+def _broker_reason(exc: Exception) -> str:
+    if isinstance(exc, BrokerUnreachable):
+        return "; ".join(exc.reasons)
+    return f"{type(exc).__name__}: {exc}"

@@ -6,11 +6,15 @@ from typing import Protocol
 
 from consumers.offsets import TopicPartitionKey
 from storage import ResultStore
+from worker.config import WorkerSettings
 from worker.models import ModelRegistry
 
 
 class WorkerView(Protocol):
     """Implemented by ``worker.service.Worker``; all reads, cheap, on the event loop."""
+
+    @property
+    def settings(self) -> WorkerSettings: ...
 
     @property
     def assignment(self) -> set[TopicPartitionKey]: ...
