@@ -25,6 +25,7 @@ from bench.scenarios import (
     overhead,
     priority,
     soak,
+    sparse_priority,
     step_load,
     throughput,
 )
@@ -40,6 +41,7 @@ SCENARIOS = (
     "threadpool",
     "inferlane",
     "priority",
+    "sparse_priority",
     "low_load",
     "soak",
     "ops",
@@ -172,6 +174,11 @@ def run(ctx: Context, only: set[str]) -> tuple[dict[str, dict[str, Any]], list[M
     if "priority" in only:
         steps.append(
             ("priority", lambda: measured.extend(priority.run(ctx, _inferlane_rps(measured))))
+        )
+    if "sparse_priority" in only:
+        sparse = sparse_priority.run
+        steps.append(
+            ("sparse priority", lambda: measured.extend(sparse(ctx, _inferlane_rps(measured))))
         )
     if "low_load" in only:
         steps.append(("low load", _adder(measured, low_load.run, ctx)))

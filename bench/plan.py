@@ -29,6 +29,13 @@ class Plan:
     high_cost_window_s: float
     high_cost_rate_hz: float
     step_pairs: int  # adaptive/fixed pairs per fixed size in the step load (--only step_load)
+    # Sparse priority: lone high requests 100-500 ms apart in ``sparse_windows`` windows
+    # of ``sparse_window_s`` under a backlog (after ``sparse_warm_s`` unmeasured), the
+    # backlog alone for ``sparse_solo_s`` around each; the same requests on the idle worker.
+    sparse_warm_s: float
+    sparse_windows: int
+    sparse_window_s: float
+    sparse_solo_s: float
     systems: tuple[str, ...] = ("naive", "threadpool", "inferlane")
     # Scenarios run when ``--only`` is not given.
     default_scenarios: tuple[str, ...] = (
@@ -37,6 +44,7 @@ class Plan:
         "threadpool",
         "inferlane",
         "priority",
+        "sparse_priority",
         "low_load",
         "soak",
     )
@@ -64,6 +72,10 @@ SMOKE = Plan(
     high_cost_window_s=1.0,
     high_cost_rate_hz=100,
     step_pairs=1,
+    sparse_warm_s=1.0,
+    sparse_windows=1,
+    sparse_window_s=2.0,
+    sparse_solo_s=1.0,
     timeout_s=60.0,
     # Seconds, for CI: one of each kind of Kafka system (each start costs ~6 s).
     default_scenarios=("ceiling", "naive", "threadpool", "inferlane"),
@@ -91,6 +103,10 @@ QUICK = Plan(
     high_cost_window_s=3.0,
     high_cost_rate_hz=100,
     step_pairs=1,
+    sparse_warm_s=5.0,
+    sparse_windows=2,
+    sparse_window_s=6.0,
+    sparse_solo_s=3.0,
     timeout_s=60.0,
 )
 
@@ -118,6 +134,10 @@ FULL = Plan(
     high_cost_window_s=5.0,
     high_cost_rate_hz=100,
     step_pairs=3,
+    sparse_warm_s=10.0,
+    sparse_windows=3,
+    sparse_window_s=10.0,
+    sparse_solo_s=4.0,
     timeout_s=600.0,
 )
 

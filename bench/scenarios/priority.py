@@ -69,7 +69,7 @@ async def send_high(bootstrap: str, rate_hz: float, seconds: float, first: int =
         await producer.stop()
 
 
-async def _read_high(reader: ResultsReader, service: Service, n: int, timeout_s: float) -> None:
+async def read_high(reader: ResultsReader, service: Service, n: int, timeout_s: float) -> None:
     deadline, marker = time.monotonic() + timeout_s, HIGH.encode() + b"-"
     seen, scanned = 0, len(reader.arrivals)
     while seen < n and time.monotonic() < deadline:
@@ -80,7 +80,7 @@ async def _read_high(reader: ResultsReader, service: Service, n: int, timeout_s:
         scanned = len(reader.arrivals)
 
 
-def _high_latencies(reader: ResultsReader) -> list[tuple[float, float, float, float]]:
+def high_latencies(reader: ResultsReader) -> list[tuple[float, float, float, float]]:
     """(sent at, wall s; end-to-end latency, ms; in-worker latency, ms; sent -> result
     produced, ms: the result's Kafka timestamp, without the harness's own read) per high
     request, first result only."""
@@ -154,14 +154,14 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
                 send_high(bootstrap, plan.priority_rate_hz, burst_s, first=n_high)
             )
             n = int(plan.priority_rate_hz * burst_s)
-            await _read_high(reader, service, n, burst_s + plan.timeout_s)
+            await read_high(reader, service, n, burst_s + plan.timeout_s)
             await sender
             bursts.append((start, time.time()))
             n_high += n
             alone.append(await _alone(reader, service, plan.priority_solo_s))
         assert service.rss is not None
         peak = service.rss.peak_mb
-    series = _high_latencies(reader)
+    series = high_latencies(reader)
     lat = Latency.of([ms for _, ms, _, _ in series])
     in_worker = Latency.of([ms for _, _, ms, _ in series])
     produced = Latency.of([ms for _, _, _, ms in series])
