@@ -40,6 +40,13 @@ class BadInput(InferlaneError):
     code = "bad_input"
 
 
+class BadLabel(BadInput):
+    """``expected`` cannot be a label of this model (a class it does not have, not a
+    number), or a label on the labels topic is malformed or names no usable result."""
+
+    code = "bad_label"
+
+
 class ModelFailed(InferlaneError):
     """The model raised while running this request alone (poison input)."""
 

@@ -20,9 +20,9 @@ from storage.engine import begin_write
 from storage.errors import classified_errors
 from storage.schema import drift_labels, inference_log, inference_results
 
-# (model, outputs, expected) -> (output, expected) for the drift log; raises ValueError
-# (or the caller's error type) when the label does not fit the model.
-Pairing = Callable[[str, Any, Any], tuple[float, float] | None]
+# (model, outputs, expected) -> (output, expected, error) for the drift log; raises
+# ValueError (or the caller's error type) when the label does not fit the model.
+Pairing = Callable[[str, Any, Any], tuple[float, float, float] | None]
 
 JOINED, DUPLICATE, WAITING, REJECTED = "joined", "duplicate", "waiting", "rejected"
 
@@ -110,7 +110,7 @@ def _join(
         if pair_ is None:
             outcomes.append(LabelOutcome(label, REJECTED, f"model {model} keeps no drift log"))
             continue
-        output, expected = pair_
+        output, expected, error = pair_
         at = as_utc(created_at)
         rows.append(
             {
@@ -119,12 +119,12 @@ def _join(
                 "model_version": version,
                 "output": output,
                 "expected": expected,
-                "error": output - expected,
+                "error": error,
                 "created_at": at,
             }
         )
         key = WindowKey(model, version or "", window_start(at, window_s))
-        deltas.setdefault(key, WindowDelta()).add_label(abs(output - expected))
+        deltas.setdefault(key, WindowDelta()).add_label(abs(error))
         outcomes.append(LabelOutcome(label, JOINED))
     if rows:
         insert = dialect_insert(inference_log, conn.dialect.name)

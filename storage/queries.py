@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import Engine, case, func, select, text
 
@@ -26,7 +28,8 @@ def anomaly_count(engine: Engine, threshold: float = 0.5, model: str | None = No
 @dataclass(frozen=True, slots=True)
 class DriftSummary:
     """One model's drift log: rows checked, rows off by more than the threshold (for a
-    classifier: the misclassified), and the mean absolute error."""
+    classifier: the misclassified), and the mean of ``|error|`` (for a classifier: its
+    error rate)."""
 
     rows: int
     anomalies: int
@@ -34,18 +37,30 @@ class DriftSummary:
 
 
 def drift_summary(engine: Engine, threshold: float = 0.5) -> dict[str, DriftSummary]:
-    error = func.abs(inference_log.c.output - inference_log.c.expected)
+    off = func.abs(inference_log.c.output - inference_log.c.expected)
     query = select(
         inference_log.c.model,
         func.count(),
-        func.sum(case((error > threshold, 1), else_=0)),
-        func.avg(error),
+        func.sum(case((off > threshold, 1), else_=0)),
+        func.avg(func.abs(inference_log.c.error)),
     ).group_by(inference_log.c.model)
     with engine.connect() as conn:
         return {
             model: DriftSummary(int(rows), int(off), float(mae))
             for model, rows, off, mae in conn.execute(query)
         }
+
+
+def error_rms(engine: Engine, *, before: datetime) -> dict[str, float]:
+    """Per model, the root mean square of the drift log's ``error`` in rows written
+    before ``before``: a regressor's residual spread, in its own units."""
+    query = (
+        select(inference_log.c.model, func.avg(inference_log.c.error * inference_log.c.error))
+        .where(inference_log.c.created_at < before)
+        .group_by(inference_log.c.model)
+    )
+    with engine.connect() as conn:
+        return {model: math.sqrt(float(ms)) for model, ms in conn.execute(query)}
 
 
 def result_counts(engine: Engine) -> dict[str, int]:

@@ -80,6 +80,8 @@ class Admission:
         key = self._route(request.model, request.request_id)
         adapter = self._adapter_for(key)
         item = adapter.prepare(request.inputs)
+        if request.expected is not None:  # a label that cannot be one rejects the request
+            adapter.check_expected(request.expected)
         return Pending(
             request=request,
             item=item,

@@ -25,9 +25,10 @@ from sqlalchemy import Engine, make_url
 from consumers.contract import InferenceResult
 from storage import DriftSummary, anomaly_count, drift_summary, make_engine, result_counts
 from storage.drift_windows import read_flags, read_windows
+from storage.queries import error_rms
 from worker.config import DriftConfig, WorkerSettings
 from worker.drift.thresholds import DriftThresholds
-from worker.models import ModelRegistry
+from worker.models import ClassifierAdapter, ModelRegistry
 from worker.service import Worker
 from worker.workload import (
     Labelled,
@@ -55,6 +56,9 @@ DEMO_DRIFT = DriftConfig(
     thresholds=DriftThresholds(min_rows=50, min_labelled=20),
 )
 DIABETES_SHIFT_SCALE = 4.0
+# A regressor's answer is an anomaly when its error is beyond this many times the root
+# mean square of its errors on the clean traffic (about 0.3% of normal residuals).
+ANOMALY_RMS = 3.0
 
 
 @dataclass
@@ -87,6 +91,7 @@ class DemoReport:
     serving_s: float  # from the first result to the last: the steady rate
     results: list[InferenceResult] = field(default_factory=list)
     drift: dict[str, DriftSummary] = field(default_factory=dict)
+    thresholds: dict[str, float] = field(default_factory=dict)  # anomaly: |error| above
     anomalies: int = 0
     statuses: dict[str, int] = field(default_factory=dict)
     shift: list[ShiftCaught] = field(default_factory=list)
@@ -150,12 +155,14 @@ async def run_demo(
             await reader.stop()
     engine = make_engine(settings.database_url)
     try:
+        thresholds = anomaly_thresholds(engine, registry, shift_at)
         report = DemoReport(
             sent=expected,
             seconds=done_s - started,
             serving_s=done_s - first_s,
             results=list(seen.values()),
-            drift=drift_summary(engine, 0.5),
+            drift={m: drift_summary(engine, t)[m] for m, t in thresholds.items()},
+            thresholds=thresholds,
             anomalies=anomaly_count(engine, 0.5, model="digits"),
             statuses=result_counts(engine),
             shift=_shift_caught(engine, shift_at),
@@ -165,6 +172,18 @@ async def run_demo(
         return report
     finally:
         engine.dispose()
+
+
+def anomaly_thresholds(
+    engine: Engine, registry: ModelRegistry, clean_until: datetime
+) -> dict[str, float]:
+    """Per model in the drift log: 0.5 for a classifier (any misclassification), else
+    ``ANOMALY_RMS`` times the root mean square of its errors before ``clean_until``."""
+    spread = error_rms(engine, before=clean_until)
+    return {
+        model: 0.5 if isinstance(registry.adapter(model), ClassifierAdapter) else ANOMALY_RMS * rms
+        for model, rms in spread.items()
+    }
 
 
 async def _next_window(window_s: int) -> datetime:
@@ -278,13 +297,23 @@ def render(report: DemoReport, console: Console) -> None:
         if totals:
             lanes.add_row(lane, str(len(totals)), *(f"{q:.1f}" for q in _quantiles(totals)))
     console.print(lanes)
-    models = Table(title="drift log per model (anomaly: |output - expected| > 0.5)")
-    for col in ("model", "checked", "anomalies", "within 0.5", "mean |error|"):
+    models = Table(
+        title="drift log per model (anomaly: |output - expected| > threshold)",
+        caption=f"threshold: 0.5 for a classifier (misclassified), {ANOMALY_RMS:g} x the RMS "
+        "of a regressor's errors on the clean traffic; mean |error|: a classifier's error "
+        "rate, a regressor's mean absolute error",
+    )
+    for col in ("model", "checked", "threshold", "anomalies", "within", "mean |error|"):
         models.add_column(col, justify="right")
     for model, d in sorted(report.drift.items()):
         within = 1 - d.anomalies / d.rows if d.rows else 0.0
         models.add_row(
-            model, str(d.rows), str(d.anomalies), f"{within:.1%}", f"{d.mean_abs_error:.2f}"
+            model,
+            str(d.rows),
+            f"{report.thresholds[model]:.4g}",
+            str(d.anomalies),
+            f"{within:.1%}",
+            f"{d.mean_abs_error:.3g}",
         )
     console.print(models)
     console.print(f"statuses in SQL: {report.statuses}")

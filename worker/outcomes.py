@@ -16,6 +16,7 @@ from consumers.errors import BadInput, Expired, InferlaneError, ReplyToNotAllowe
 from consumers.records import DeadLetter, RawRecord
 from worker.executor import BatchRun
 from worker.models import Adapter
+from worker.models.adapters import Labelled
 from worker.pending import Batch, Outcome, Pending
 
 
@@ -106,12 +107,10 @@ def completed(batch: Batch, run: BatchRun, adapter: Adapter) -> list[Outcome]:
     return outcomes
 
 
-def _drift(
-    adapter: Adapter, request: InferenceRequest, outputs: object
-) -> tuple[float, float] | None:
+def _drift(adapter: Adapter, request: InferenceRequest, outputs: object) -> Labelled | None:
     if request.expected is None:
         return None
     try:
         return adapter.drift(outputs, request.expected)  # type: ignore[arg-type]
-    except BadInput:
-        return None  # a malformed label must not fail a good prediction
+    except BadInput:  # admission checked the label; one that fits no output is left out
+        return None

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
 
 from consumers.contract import ErrorInfo, InferenceRequest, InferenceResult, Priority
 from consumers.records import DeadLetter, RawRecord
+
+if TYPE_CHECKING:
+    from worker.models.adapters import Labelled
 
 _batch_ids = itertools.count(1)
 
@@ -71,6 +74,6 @@ class Outcome:
     record: RawRecord
     result: InferenceResult | None = None
     dead_letter: DeadLetter | None = None
-    drift: tuple[float, float] | None = None  # (output, expected) for the drift log
+    drift: Labelled | None = None  # (output, expected, error) for the drift log
     batch_id: str | None = None
     reply_to: str | None = None  # results topic named by the request

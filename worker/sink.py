@@ -202,10 +202,8 @@ def _rows(outcomes: Sequence[Outcome]) -> tuple[list[ResultRow], list[DriftRow]]
             )
         )
         if o.drift is not None:
-            output, expected = o.drift
+            output, expected, error = o.drift
             drift.append(
-                DriftRow(
-                    r.request_id, r.model, r.model_version, output, expected, output - expected, now
-                )
+                DriftRow(r.request_id, r.model, r.model_version, output, expected, error, now)
             )
     return results, drift

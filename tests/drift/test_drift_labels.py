@@ -54,10 +54,10 @@ def _label(rid: str, expected: Any) -> LabelRow:
     return LabelRow(rid, expected, value, "inferlane.labels", 0, 0)
 
 
-def _pair(model: str, outputs: Any, expected: Any) -> tuple[float, float]:
+def _pair(model: str, outputs: Any, expected: Any) -> tuple[float, float, float]:
     if not isinstance(expected, int):
         raise ValueError("expected must be a class label")
-    return float(outputs["label"]), float(expected)
+    return float(outputs["label"]), float(expected), float(outputs["label"] != expected)
 
 
 def _result(rid: str, status: str = "ok") -> ResultRow:

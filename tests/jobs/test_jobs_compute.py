@@ -60,6 +60,9 @@ class Numbered(Adapter):
     def split(self, output: Any, n: int) -> list[Any]:
         return list(output.tolist())
 
+    def check_expected(self, expected: Any) -> None:
+        return None
+
     def drift(self, output: Any, expected: Any) -> None:
         return None
 

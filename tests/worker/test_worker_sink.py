@@ -19,6 +19,7 @@ from storage.schema import consumer_offsets, inference_results
 from storage.write_process import WriterProcess
 from worker.broker import EmbeddedBroker
 from worker.config import SinkConfig
+from worker.models.adapters import Labelled
 from worker.pending import Outcome
 from worker.sink import RowWriter, Sink
 
@@ -29,7 +30,7 @@ def outcome(
     rid: str,
     *,
     model: str = "m",
-    drift: tuple[float, float] | None = None,
+    drift: Labelled | None = None,
     reply_to: str | None = None,
     offset: int = 0,
 ) -> Outcome:
@@ -81,8 +82,8 @@ async def test_a_row_the_database_refuses_is_dead_lettered_and_the_rest_commits(
 ) -> None:
     # SQLite refuses the NaN drift row (stored as NULL, NOT NULL column); PostgreSQL
     # refuses the NUL character. Admission keeps both out; this is the safety net.
-    good = [outcome(f"ok-{i}", drift=(1.0, 1.0), offset=i) for i in range(7)]
-    bad = outcome("bad", model="m\x00", drift=(float("nan"), 1.0), offset=7)
+    good = [outcome(f"ok-{i}", drift=Labelled(1.0, 1.0, 0.0), offset=i) for i in range(7)]
+    bad = outcome("bad", model="m\x00", drift=Labelled(float("nan"), 1.0, 0.0), offset=7)
     chunk = [*good[:3], bad, *good[3:]]
     with ResultStore(db_url) as store, WriterProcess(store, db_url) as process:
         sink, egress = await make_sink(broker.bootstrap, process if child else store)

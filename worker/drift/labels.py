@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from sqlalchemy import Engine
 
 from consumers.egress import Egress, OutRecord
-from consumers.errors import InferlaneError
+from consumers.errors import BadLabel, InferlaneError
 from consumers.records import DeadLetter, SourceRef
 from consumers.topics import ensure_topics
 from storage import RowsRefused, StoreUnavailable
@@ -40,10 +40,6 @@ log = logging.getLogger(__name__)
 
 _SWEEP_S = 1.0  # how often waiting labels are matched against new results
 _RETRY_S = 1.0
-
-
-class BadLabel(InferlaneError):
-    code = "bad_label"
 
 
 class UnmatchedLabel(InferlaneError):

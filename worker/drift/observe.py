@@ -24,7 +24,7 @@ class Observation:
     classes: int  # bins of a categorical output
     outputs: np.ndarray  # class labels or numbers, one per row (empty if not tracked)
     inputs: np.ndarray  # mean of each numeric input's features (empty if not numeric)
-    abs_errors: list[float]  # |output - expected| of the labelled rows
+    abs_errors: list[float]  # |error| of the labelled rows (a classifier's: 0 or 1)
 
 
 def observe(batch: Batch, outcomes: Sequence[Outcome], adapter: Adapter) -> Observation | None:
@@ -43,7 +43,7 @@ def observe(batch: Batch, outcomes: Sequence[Outcome], adapter: Adapter) -> Obse
         items.append(pending.item)
         outputs.append(result.outputs)
         if o.drift is not None:
-            abs_errors.append(abs(o.drift[0] - o.drift[1]))
+            abs_errors.append(abs(o.drift.error))
     if first is None:
         return None
     kind, classes, output_values = _outputs(adapter, outputs)

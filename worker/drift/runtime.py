@@ -17,6 +17,7 @@ from worker.drift.thresholds import DriftThresholds
 from worker.drift.tracker import DriftTracker
 from worker.metrics import WorkerMetrics
 from worker.models import ModelRegistry
+from worker.models.adapters import Labelled
 from worker.pending import Batch, Outcome
 
 
@@ -57,7 +58,7 @@ class Drift:
         labels = None
         if config.labels_topic is not None and settings.bootstrap is not None:
 
-            def pair(model: str, outputs: Any, expected: Any) -> tuple[float, float] | None:
+            def pair(model: str, outputs: Any, expected: Any) -> Labelled | None:
                 return registry.adapter(model).drift(outputs, expected)
 
             labels = LabelJoiner(

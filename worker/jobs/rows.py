@@ -66,17 +66,28 @@ def window_result(
 
     labelled = correct = 0
     abs_error_sum = 0.0
-    drift_pairs: list[tuple[int, float, float]] = []
+    drift_rows: list[tuple[int, float, float, float]] = []
     if decoded.expected is not None and scored.numeric is not None:
         expected = decoded.expected[keep]
         usable = usable_labels(model.adapter, expected)
         output, truth = scored.numeric[usable], expected[usable]
         labelled = int(usable.sum())
         correct = int((output == truth).sum())
-        abs_error_sum = float(np.abs(output - truth).sum())
+        # The drift log's error, as ``Labelled`` has it: 0 or 1 for a classifier.
+        if isinstance(model.adapter, ClassifierAdapter):
+            error = (output != truth).astype(np.float64)
+        else:
+            error = output - truth
+        abs_error_sum = float(np.abs(error).sum())
         if params.sql_results:
-            drift_pairs = list(
-                zip(rows[usable].tolist(), output.tolist(), truth.tolist(), strict=True)
+            drift_rows = list(
+                zip(
+                    rows[usable].tolist(),
+                    output.tolist(),
+                    truth.tolist(),
+                    error.tolist(),
+                    strict=True,
+                )
             )
 
     results: list[ResultRow] = []
@@ -90,8 +101,8 @@ def window_result(
             if e.row is not None
         ]
         drift = [
-            DriftRow(f"{job}:{row}", model.name, model.version, out, exp, out - exp, now)
-            for row, out, exp in drift_pairs
+            DriftRow(f"{job}:{row}", model.name, model.version, out, exp, err, now)
+            for row, out, exp, err in drift_rows
         ]
     counts = WindowCounts(len(window), len(errors), labelled, correct, abs_error_sum)
     return WindowResult(table, [error_line(e) for e in errors], results, drift, counts)

@@ -10,7 +10,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import orjson
@@ -18,7 +18,21 @@ import torch
 from pydantic import JsonValue
 from tokenizers import Tokenizer
 
-from consumers.errors import BadInput, ModelFailed, NonFiniteOutput
+from consumers.errors import BadInput, BadLabel, ModelFailed, NonFiniteOutput
+
+
+class Labelled(NamedTuple):
+    """One row of the drift log: what the model said, the label, and how wrong it was.
+
+    Regressor: the number, the expected number, ``output - expected``. Classifier: the
+    predicted class, the true class, and 1.0 if they differ else 0.0 (so a mean error is
+    the error rate). Text embedding: the cosine distance to the expected vector, 0.0,
+    the cosine distance.
+    """
+
+    output: float
+    expected: float
+    error: float
 
 
 class Adapter(ABC):
@@ -44,10 +58,15 @@ class Adapter(ABC):
         """Exactly ``n`` per-request outputs as plain JSON values; raise ``ModelFailed``."""
 
     @abstractmethod
-    def drift(self, output: JsonValue, expected: JsonValue) -> tuple[float, float] | None:
-        """The numeric (output, expected) pair for the drift log, or None if not numeric.
+    def check_expected(self, expected: JsonValue) -> None:
+        """Raise ``BadLabel`` unless ``expected`` can be a label of this model: checked
+        when the request is admitted, before it runs."""
 
-        Called only for requests that carried ``expected``; raise ``BadInput`` if it is
+    @abstractmethod
+    def drift(self, output: JsonValue, expected: JsonValue) -> Labelled | None:
+        """The drift log's row for one labelled answer, or None if not numeric.
+
+        Called only for requests that carried ``expected``; raise ``BadLabel`` if it is
         malformed for this model.
         """
 
@@ -63,7 +82,7 @@ class Adapter(ABC):
             pair = self.drift(output, other)
         except (BadInput, ValueError):
             return math.inf
-        return math.inf if pair is None else abs(pair[0] - pair[1])
+        return math.inf if pair is None else abs(pair.output - pair.expected)
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -187,16 +206,21 @@ class ClassifierAdapter(_NumericAdapter):
             for label, row in zip(labels, _float32_lists(probs), strict=True)
         ]
 
-    def drift(self, output: JsonValue, expected: JsonValue) -> tuple[float, float] | None:
+    def check_expected(self, expected: JsonValue) -> None:
         if (
             isinstance(expected, bool)
             or not isinstance(expected, int)
             or not 0 <= expected < self.num_classes
         ):
-            raise BadInput(
+            raise BadLabel(
                 f"expected must be a class label 0..{self.num_classes - 1}, got {expected!r:.40}"
             )
-        return float(_label(output)), float(expected)
+
+    def drift(self, output: JsonValue, expected: JsonValue) -> Labelled | None:
+        self.check_expected(expected)
+        assert isinstance(expected, int)
+        predicted, truth = float(_label(output)), float(expected)
+        return Labelled(predicted, truth, float(predicted != truth))
 
     def disagreement(self, output: JsonValue, other: JsonValue) -> float:
         """1 when the two labels differ, else 0: averaged, the label disagreement share."""
@@ -219,16 +243,21 @@ class RegressorAdapter(_NumericAdapter):
     def split(self, output: Any, n: int) -> list[JsonValue]:
         return list(self._rows(output, n, None).tolist())
 
-    def drift(self, output: JsonValue, expected: JsonValue) -> tuple[float, float] | None:
+    def check_expected(self, expected: JsonValue) -> None:
         if (
             isinstance(expected, bool)
             or not isinstance(expected, int | float)
             or not math.isfinite(expected)
         ):
-            raise BadInput(f"expected must be a finite number, got {expected!r:.40}")
+            raise BadLabel(f"expected must be a finite number, got {expected!r:.40}")
+
+    def drift(self, output: JsonValue, expected: JsonValue) -> Labelled | None:
+        self.check_expected(expected)
         if isinstance(output, bool) or not isinstance(output, int | float):
             raise ValueError(f"not a regressor output: {output!r:.80}")
-        return float(output), float(expected)
+        assert isinstance(expected, int | float)
+        value, truth = float(output), float(expected)
+        return Labelled(value, truth, value - truth)
 
 
 class TextEmbeddingAdapter(Adapter):
@@ -278,21 +307,30 @@ class TextEmbeddingAdapter(Adapter):
             raise ModelFailed(f"model returned {shape} for {n} texts, expected (n, dim)")
         return _float32_lists(_finite(output.detach().float().cpu()))
 
-    def drift(self, output: JsonValue, expected: JsonValue) -> tuple[float, float] | None:
-        """With an expected vector: (1 - cosine similarity, 0.0), so the drift log's
-        ``ABS(output - expected)`` is the cosine distance. Otherwise None."""
-        if not isinstance(expected, list) or not isinstance(output, list):
-            return None
-        if len(expected) != len(output) or not all(
+    def check_expected(self, expected: JsonValue) -> None:
+        """A vector of numbers (its length is checked against the output's)."""
+        if not isinstance(expected, list) or not all(
             isinstance(v, int | float) and not isinstance(v, bool) for v in expected
         ):
-            raise BadInput(f"expected must be a vector of {len(output)} numbers")
+            raise BadLabel(f"expected must be a vector of numbers, got {_kind(expected)}")
+
+    def drift(self, output: JsonValue, expected: JsonValue) -> Labelled | None:
+        """(1 - cosine similarity, 0.0, the same distance), so the drift log's
+        ``ABS(output - expected)`` is the cosine distance. None if the output is not a
+        vector."""
+        self.check_expected(expected)
+        if not isinstance(output, list):
+            return None
+        assert isinstance(expected, list)
+        if len(expected) != len(output):
+            raise BadLabel(f"expected must be a vector of {len(output)} numbers")
         a = np.asarray(output, dtype=np.float64)
         b = np.asarray(expected, dtype=np.float64)
         norms = float(np.linalg.norm(a) * np.linalg.norm(b))
         if not math.isfinite(norms) or norms == 0.0:
-            raise BadInput("expected must be a finite, non-zero vector")
-        return 1.0 - float(a @ b) / norms, 0.0
+            raise BadLabel("expected must be a finite, non-zero vector")
+        distance = 1.0 - float(a @ b) / norms
+        return Labelled(distance, 0.0, distance)
 
     def example(self) -> JsonValue:
         return "warm-up sentence"
