@@ -262,11 +262,12 @@ def demo(
         items = workload(digits, diabetes, minilm, resolved)
         report = asyncio.run(run_demo(resolved, registry, items, console))
     render(report, console)
-    _next_steps(url)
+    _next_steps(url, report.thresholds)
 
 
-def _next_steps(url: str) -> None:
-    """The commands that read what the demo wrote, runnable exactly as printed."""
+def _next_steps(url: str, thresholds: dict[str, float]) -> None:
+    """The commands that read what the demo wrote, runnable exactly as printed: the
+    anomalies of each model at the threshold the demo's table used."""
     from storage import redacted_url
 
     shown = redacted_url(url)
@@ -274,8 +275,9 @@ def _next_steps(url: str) -> None:
     program = _program()
     # Plain lines, never wrapped: each command must work as it is copied.
     typer.echo(f"\nThe demo wrote its results, drift log and windows to {shown}. Next:")
-    for command in ("anomalies", "drift"):
-        typer.echo(f"  {program} {command}{flag}")
+    for model, threshold in sorted(thresholds.items()):
+        typer.echo(f"  {program} anomalies{flag} --model {model} --threshold {threshold:.4g}")
+    typer.echo(f"  {program} drift{flag}")
     if flag and shown != url:
         typer.echo("  (with the database password, which is not printed)")
 

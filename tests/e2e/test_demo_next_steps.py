@@ -27,13 +27,20 @@ def test_the_demos_next_commands_run_as_printed(tmp_path: Path, demo_registry_pa
                 "--minilm", "20", "--http-port", "0"])  # fmt: skip
     assert demo.returncode == 0, demo.stdout + demo.stderr
     after = demo.stdout.split("Next:\n", 1)[1].splitlines()
-    commands = [line.strip() for line in after if line.startswith("  ")]
-    assert [c.split()[-3:] for c in commands] == [
-        ["anomalies", "--database", "sqlite:///inferlane-demo.db"],
-        ["drift", "--database", "sqlite:///inferlane-demo.db"],
+    commands = [shlex.split(line) for line in after if line.startswith("  ")]
+    where = ["--database", "sqlite:///inferlane-demo.db"]
+    assert [c[-7:] for c in commands[:2]] == [
+        ["anomalies", *where, "--model", "diabetes", "--threshold", commands[0][-1]],
+        ["anomalies", *where, "--model", "digits", "--threshold", "0.5"],
     ]
-    anomalies, drift = (run(shlex.split(c)) for c in commands)
-    assert anomalies.returncode == 0 and "rows with |output - expected| > 0.5" in anomalies.stdout
+    assert commands[2][-3:] == ["drift", *where] and len(commands) == 3
+    # diabetes' outputs are in the hundreds: its threshold is the demo table's, not 0.5.
+    assert float(commands[0][-1]) > 10
+    for command in commands[:2]:
+        anomalies = run(command)
+        assert anomalies.returncode == 0, anomalies.stdout + anomalies.stderr
+        assert f"rows with |output - expected| > {float(command[-1])}" in anomalies.stdout
+    drift = run(commands[2])
     assert drift.returncode == 0 and "digits" in drift.stdout, drift.stdout + drift.stderr
 
     guess = run([sys.executable, "-m", "worker", "anomalies"])

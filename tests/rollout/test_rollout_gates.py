@@ -135,8 +135,8 @@ def test_outputs_that_cannot_be_compared_fail() -> None:
 def test_regressors_compare_mean_absolute_error_relative_to_the_primary() -> None:
     p, c = VersionStats(), VersionStats()
     for _ in range(40):
-        p.add_label(10.0, 0.0)
-        c.add_label(10.6, 0.0)  # 6% worse
+        p.add_label(10.0)
+        c.add_label(10.6)  # 6% worse
     values = gate_values(p, c, REGRESSOR)
     assert math.isclose(values["label_error_increase"].value, 0.06)
     assert values["label_error_increase"].verdict is Verdict.FAIL

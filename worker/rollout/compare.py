@@ -129,7 +129,7 @@ class Comparer:
                 continue
             ok.append((pending, result.outputs))
             if outcome.drift is not None:
-                served.add_label(outcome.drift.output, outcome.drift.expected)
+                served.add_label(outcome.drift.error)
         self._add(rollout.rollout_id, role, served)
         compares = Role.PRIMARY if rollout.mode == Mode.SHADOW else Role.CANDIDATE
         if ok and role == compares and self._random.random() < rollout.sample:
@@ -166,7 +166,7 @@ class Comparer:
                 except (BadInput, ValueError):
                     label = None
                 if label is not None:
-                    other.add_label(label.output, label.expected)
+                    other.add_label(label.error)
         self._add(rollout.rollout_id, other_role, other)
         self._add(rollout.rollout_id, Role.CANDIDATE, candidate)
 

@@ -42,8 +42,9 @@ class VersionStats:
     def add_latency(self, ms: float, count: int = 1) -> None:
         self.latency_bins[bisect.bisect_left(LATENCY_EDGES_MS, ms)] += count
 
-    def add_label(self, output: float, expected: float) -> None:
-        error = abs(output - expected)
+    def add_label(self, error: float) -> None:
+        """One labelled answer, by its drift-log ``error`` (a classifier's is 0 or 1)."""
+        error = abs(error)
         self.labelled += 1
         self.wrong += error > 0.5
         self.abs_error_sum += error
