@@ -180,6 +180,10 @@ class SchedulingConfig(_Frozen):
     # curve says computes within this long, so a high batch waits at most about a slice.
     slice_ms: float | None = Field(default=25.0, gt=0)
     active_window_s: float = Field(default=1.0, gt=0)  # "active": an item seen this recently
+    # From a high request's admission until its result is on Kafka, bulk work (a lower
+    # lane's next batch, bulk admission and publishing) waits, for at most this share of
+    # any second (worker/scheduling/yield_to_high.py). None: never.
+    yield_share: float | None = Field(default=0.1, gt=0, le=1)
     # Per lane: the tail (95th percentile) of one forward pass a batch of that lane may
     # reach; the throughput curve sizes it. None: the model's cap (highest items/s).
     high_latency_target_ms: float | None = Field(default=200.0, gt=0)

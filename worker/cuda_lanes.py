@@ -15,7 +15,9 @@ The run lease is held until the end event has completed, so the store never move
 frees weights that queued kernels still read.
 
 Lanes below the top one hold a permit of ``InFlightCap`` while their batch runs, so a
-high batch shares the device with at most ``lower_lanes_in_flight`` lower batches.
+high batch shares the device with at most ``lower_lanes_in_flight`` lower batches; and
+with ``yield_to_high`` their launchers wait before taking one while high requests are in
+the worker, so those are batches that started before the high request arrived.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from worker.lanes import LANE_ORDER, lane_of
 from worker.models import LoadedModel, ModelRegistry
 from worker.models.model import to_device
 from worker.pending import Batch
+from worker.scheduling.yield_to_high import YieldToHigh
 
 
 def lane_priorities(
@@ -110,9 +113,11 @@ class StreamLauncher:
         device: torch.device,
         priority: int,
         cap: tuple[InFlightCap, int] | None,
+        hold: YieldToHigh | None = None,
     ) -> None:
         self._resolve = resolve
         self._cap = cap  # (cap, this lane's rank) for lanes below the top one
+        self._hold = hold  # lanes below the top one: wait while high requests are in
         self.stream = torch.cuda.Stream(device=device, priority=priority)
         self.buffers = HostBuffers(pin=True)
         self._copied = torch.cuda.Event()  # the last host-to-device copy out of the buffers
@@ -120,6 +125,8 @@ class StreamLauncher:
 
     def __call__(self, batch: Batch) -> BatchRun:
         permit: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        if self._hold is not None:
+            self._hold.hold()
         if self._cap is not None:
             cap, rank = self._cap
             permit = cap.holding(threading.current_thread().name, rank)
@@ -169,6 +176,7 @@ class CudaLaneExecutor(SupervisedExecutor):
         timeout_s_for: Callable[[str], float | None] | None = None,
         max_hung_threads: int | None = None,
         metrics: CollectorRegistry | None = None,
+        yield_to_high: YieldToHigh | None = None,
     ) -> None:
         # A static method in torch; its type stub declares it on instances.
         self.priorities = lane_priorities(torch.cuda.Stream.priority_range())  # type: ignore[call-arg]
@@ -177,6 +185,7 @@ class CudaLaneExecutor(SupervisedExecutor):
         self.launchers: dict[Priority, StreamLauncher] = {}
         self._resolve = resolve
         self._device = device
+        self._yield = yield_to_high
         self._lanes = {lane: Supervised(self._launcher_for(lane)) for lane in LANE_ORDER}
         super().__init__(
             list(self._lanes.values()),
@@ -192,6 +201,7 @@ class CudaLaneExecutor(SupervisedExecutor):
         config: ComputeConfig,
         metrics: CollectorRegistry,
         device: torch.device,
+        yield_to_high: YieldToHigh | None = None,
     ) -> CudaLaneExecutor:
         return cls(
             registry.get,
@@ -200,6 +210,7 @@ class CudaLaneExecutor(SupervisedExecutor):
             timeout_s_for=timeouts(registry, config),
             max_hung_threads=config.max_hung_threads,
             metrics=metrics,
+            yield_to_high=yield_to_high,
         )
 
     def submit(self, batch: Batch) -> Future[BatchRun]:
@@ -210,9 +221,11 @@ class CudaLaneExecutor(SupervisedExecutor):
     def _launcher_for(self, lane: Priority) -> Callable[[], StreamLauncher]:
         rank = LANE_ORDER.index(lane)
         cap = (self.cap, rank) if rank else None
+        hold = self._yield if rank else None
 
         def make() -> StreamLauncher:
-            launcher = StreamLauncher(self._resolve, self._device, self.priorities[lane], cap)
+            priority = self.priorities[lane]
+            launcher = StreamLauncher(self._resolve, self._device, priority, cap, hold)
             self.launchers[lane] = launcher
             return launcher
 

@@ -5,7 +5,8 @@ Four tasks: one publish stream per completion stream (urgent, bulk), so a high r
 never waits behind a bulk chunk's produce or SQL write; one persist task that runs
 beside them, so one chunk's SQL write overlaps the next one's produce; and the offset
 commits. When SQL falls behind, bulk publishing waits for one of two slots; urgent
-chunks never wait.
+chunks never wait. While high requests are in the worker, bulk chunks wait before
+their produce (``worker.scheduling.yield_to_high``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from consumers.offsets import OffsetTracker, TopicPartitionKey
 from worker.commits import CoalescedCommits, Commit
 from worker.completion import BULK, URGENT, CompletionQueue
 from worker.pending import Outcome
+from worker.scheduling.yield_to_high import YieldToHigh
 from worker.sink import Sink
 
 
@@ -32,6 +34,7 @@ class Delivery:
         commit_interval_s: float,
         max_chunk: int,
         on_durable: Callable[[Sequence[Outcome]], None],
+        yield_to_high: YieldToHigh | None = None,
     ) -> None:
         self._sink = sink
         self._done = done
@@ -39,6 +42,7 @@ class Delivery:
         self._commits = CoalescedCommits(commit, commit_interval_s)
         self._max_chunk = max_chunk
         self._on_durable = on_durable
+        self._yield = yield_to_high or YieldToHigh(None)
         # Published chunks waiting for SQL, with whether each holds a bulk slot.
         self._published: asyncio.Queue[tuple[list[Outcome], bool]] = asyncio.Queue()
         self._bulk_slots = asyncio.Semaphore(2)
@@ -71,9 +75,13 @@ class Delivery:
         bulk = lanes == BULK
         while True:
             chunk = await self._done.take(self._max_chunk, lanes)
+            if bulk:
+                await self._yield.held()
             await self._sink.publish(chunk, urgent=not bulk)
             if bulk:
                 await self._bulk_slots.acquire()
+            else:
+                self._yield.left(len(chunk))  # every urgent outcome is a high request's
             self._published.put_nowait((chunk, bulk))
 
     async def _persist(self) -> None:

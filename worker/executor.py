@@ -46,6 +46,7 @@ from worker.config import ComputeConfig
 from worker.lanes import LANE_ORDER, lane_of
 from worker.models import LoadedModel, ModelRegistry
 from worker.pending import Batch, ItemResult
+from worker.scheduling.yield_to_high import YieldToHigh
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,9 @@ class ThreadExecutor(SupervisedExecutor):
     preemptive). There the high lane has one thread on all of torch's threads, and the
     lower lanes ``replicas`` each (at most one per torch thread), sharing them out. A
     model's batch goes to whichever of the first ``replicas_for(model)`` of its lane's
-    threads has the fewest outstanding."""
+    threads has the fewest outstanding. With ``yield_to_high``, the lower lanes' threads
+    wait before each batch while high requests are in the worker (lane threads only: one
+    shared thread would hold the high batch queued behind the waiting one)."""
 
     def __init__(
         self,
@@ -167,6 +170,7 @@ class ThreadExecutor(SupervisedExecutor):
         timeout_s_for: Callable[[str], float | None] | None = None,
         max_hung_threads: int | None = None,
         metrics: CollectorRegistry | None = None,
+        yield_to_high: YieldToHigh | None = None,
     ) -> None:
         # ``resolve`` loads on first use, in the compute thread.
         work = partial(run_batch, resolve)
@@ -181,7 +185,8 @@ class ThreadExecutor(SupervisedExecutor):
             self._lanes = {}
             for lane in LANE_ORDER:
                 n = 1 if lane == Priority.HIGH else bulk
-                make = _lane_thread(work, nice=nice[lane], torch_threads=threads // n)
+                hold = None if lane == Priority.HIGH or yield_to_high is None else yield_to_high
+                make = _lane_thread(work, nice=nice[lane], torch_threads=threads // n, hold=hold)
                 self._lanes[lane] = [Supervised(make) for _ in range(n)]
             self.lanes_apart = self.preempts = True
         every = [t for lane_threads in self._lanes.values() for t in lane_threads]
@@ -194,7 +199,11 @@ class ThreadExecutor(SupervisedExecutor):
 
     @classmethod
     def configured(
-        cls, registry: ModelRegistry, config: ComputeConfig, metrics: CollectorRegistry
+        cls,
+        registry: ModelRegistry,
+        config: ComputeConfig,
+        metrics: CollectorRegistry,
+        yield_to_high: YieldToHigh | None = None,
     ) -> ThreadExecutor:
         return cls(
             registry.get,
@@ -204,6 +213,7 @@ class ThreadExecutor(SupervisedExecutor):
             timeout_s_for=timeouts(registry, config),
             max_hung_threads=config.max_hung_threads,
             metrics=metrics,
+            yield_to_high=yield_to_high,
         )
 
     def slots(self, lane: Priority) -> int:
@@ -219,12 +229,16 @@ class ThreadExecutor(SupervisedExecutor):
 
 
 def _lane_thread(
-    work: Callable[[Batch], BatchRun], *, nice: int, torch_threads: int
+    work: Callable[[Batch], BatchRun],
+    *,
+    nice: int,
+    torch_threads: int,
+    hold: YieldToHigh | None = None,
 ) -> Callable[[], Callable[[Batch], BatchRun]]:
     """Work for a lane's compute thread that first adds ``nice`` to its own nice value
-    and sets its own torch thread count. Linux nice values are per thread, and the
-    OpenMP threads a thread starts for torch inherit its value; OpenMP thread counts are
-    per thread too."""
+    and sets its own torch thread count, and waits on ``hold`` before each batch. Linux
+    nice values are per thread, and the OpenMP threads a thread starts for torch inherit
+    its value; OpenMP thread counts are per thread too."""
 
     def make() -> Callable[[Batch], BatchRun]:
         ready = False
@@ -235,6 +249,8 @@ def _lane_thread(
                 ready = True
                 _lower_priority(nice)
                 set_torch_threads(torch_threads)
+            if hold is not None:
+                hold.hold()
             return work(batch)
 
         return run

@@ -49,6 +49,7 @@ from worker.pending import Batch, Outcome
 from worker.rollout.routing import Router
 from worker.rollout.runtime import Rollouts
 from worker.scheduling.scheduler import Scheduler
+from worker.scheduling.yield_to_high import YieldToHigh
 from worker.sink import INLINE_RECORDS, Sink
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,12 @@ class Worker:
         self._store: ResultStore | None = None
         self._writer: WriterProcess | None = None
         self._lanes = Lanes(settings.lanes.capacity, single_lane=settings.lanes.single_lane)
-        self._executor = choose_executor(registry, settings.compute, self.metrics.registry)
+        # Bulk work waits while high requests are in the worker (one FIFO lane: never).
+        share = None if settings.lanes.single_lane else settings.scheduling.yield_share
+        self._yield = YieldToHigh(share, metrics=self.metrics.registry)
+        self._executor = choose_executor(
+            registry, settings.compute, self.metrics.registry, self._yield
+        )
         # A backend that preempts needs no slices, and riders would only lengthen a
         # higher lane's batch: the lower lane's own thread serves them.
         preempts = self._executor.preempts
@@ -208,6 +214,7 @@ class Worker:
             commit_interval_s=s.kafka.commit_interval_ms / 1000,
             max_chunk=s.sink.max_chunk,
             on_durable=self._durable,
+            yield_to_high=self._yield,
         )
         names = [*self._lane_of_topic, s.topics.results, s.topics.dead_letters]
         await ensure_topics(
@@ -343,6 +350,8 @@ class Worker:
             revocations = self._ingress.revocations
             room = None if urgent else self._bulk_room()
             records = await self._ingress.fetch(_FETCH_TIMEOUT_MS, urgent=urgent, max_records=room)
+            if records and not urgent:
+                await self._yield.held()
             if records:
                 async with self._intake_locks[urgent]:
                     if self._ingress.revocations != revocations:  # some may be gone
@@ -365,6 +374,12 @@ class Worker:
             admitted = self._admission.admit(records)
         else:
             admitted = await asyncio.to_thread(self._admission.admit, records)
+        # Each high request's result leaves on the urgent stream, rejected ones' too.
+        ended = (o.result for o in admitted.ended if o.result is not None)
+        self._yield.arrived(
+            sum(p.lane == Priority.HIGH for p in admitted.pending)
+            + sum(r.priority == Priority.HIGH for r in ended)
+        )
         for pending in admitted.pending:
             self._lanes.push(pending)
         self._finish(admitted.ended)
@@ -540,14 +555,17 @@ class Worker:
 
 
 def choose_executor(
-    registry: ModelRegistry, config: ComputeConfig, metrics: CollectorRegistry
+    registry: ModelRegistry,
+    config: ComputeConfig,
+    metrics: CollectorRegistry,
+    yield_to_high: YieldToHigh | None = None,
 ) -> Executor:
     """Lane streams where the models run on a CUDA device (and the setting allows it),
     the compute thread everywhere else."""
     device = registry.device
     if config.cuda_streams and device.type == "cuda" and torch.cuda.is_available():
-        return CudaLaneExecutor.configured(registry, config, metrics, device)
-    return ThreadExecutor.configured(registry, config, metrics)
+        return CudaLaneExecutor.configured(registry, config, metrics, device, yield_to_high)
+    return ThreadExecutor.configured(registry, config, metrics, yield_to_high)
 
 
 async def _cancelled(tasks: list[asyncio.Task[None]], deadline: float) -> None:
