@@ -63,15 +63,21 @@ def pg_database() -> Iterator[str]:
     admin.dispose()
 
 
+@pytest.fixture
+def pg_url(pg_database: str) -> Iterator[str]:
+    """The session's PostgreSQL database, emptied again after the test."""
+    yield pg_database
+    engine = make_engine(pg_database)
+    with engine.begin() as conn:
+        conn.execute(text(f"DROP TABLE IF EXISTS {ALL_TABLES} CASCADE"))
+    engine.dispose()
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty database; the PostgreSQL one is emptied again after the test."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}"
         return
-    url: str = request.getfixturevalue("pg_database")
+    url: str = request.getfixturevalue("pg_url")
     yield url
-    engine = make_engine(url)
-    with engine.begin() as conn:
-        conn.execute(text(f"DROP TABLE IF EXISTS {ALL_TABLES} CASCADE"))
-    engine.dispose()

@@ -240,14 +240,9 @@ async def test_a_shadow_candidate_computes_but_never_publishes(
 
 
 async def test_two_workers_follow_one_rollout(
-    broker: EmbeddedBroker, pg_database: str, rollout_registry_path: Path
+    broker: EmbeddedBroker, pg_url: str, rollout_registry_path: Path
 ) -> None:
-    db_url = pg_database
-    with ResultStore(db_url) as results:  # a clean slate in the session's database
-        engine = results.engine
-        with engine.begin() as conn:
-            for table in ("rollout_events", "rollout_stats", "rollouts", "inference_results"):
-                conn.exec_driver_sql(f"DELETE FROM {table}")
+    db_url = pg_url
     registry = ModelRegistry.from_toml(rollout_registry_path)
     group = settings(broker, db_url, topics={"partitions": 4})
     other = ModelRegistry.from_toml(rollout_registry_path)
