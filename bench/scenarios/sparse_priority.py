@@ -97,6 +97,14 @@ def backlog_size(ctx: Context, model: str, rate_rps: float | None) -> int:
     return int((1.5 * rate_rps if rate_rps else BACKLOG_RPS[model]) * seconds)
 
 
+def low_over_solo(during: list[float], solo: list[float]) -> list[float]:
+    """Each mixed window's backlog rate over the mean of the solo windows just before and
+    after it; none for a window beside a solo window that saw under two result fetches
+    (a rate of 0: minilm's batches can take seconds on a loaded machine)."""
+    pairs = zip(during, pairwise(solo), strict=True)
+    return [r / ((a + b) / 2) for r, (a, b) in pairs if a and b]
+
+
 def _split(
     series: list[tuple[float, float, float, float]], windows: list[tuple[float, float]]
 ) -> tuple[list[tuple[float, float, float, float]], list[tuple[float, float, float, float]]]:
@@ -174,10 +182,7 @@ def _measured(
     idle_srv, busy_srv = Latency.of([s[2] for s in idle]), Latency.of([s[2] for s in busy])
     idle_out, busy_out = Latency.of([s[3] for s in idle]), Latency.of([s[3] for s in busy])
     during = [low_rate(reader, a, b) for a, b in windows[1:]]
-    # A window beside a solo window that saw under two result fetches has no ratio.
-    ratios = [
-        r / ((a + b) / 2) for r, (a, b) in zip(during, pairwise(solo), strict=True) if a and b
-    ]
+    ratios = low_over_solo(during, solo)
     judged = statistics.median(ratios) if ratios else None
     low_done = reader.count - len(series)
     extra: dict[str, Any] = {
