@@ -115,11 +115,13 @@ def _split(
     return idle, busy
 
 
-def _low_per_second(reader: ResultsReader, t0: float) -> list[tuple[float, int]]:
-    """Backlog results per wall-clock second since ``t0``."""
+def _low_per_second(reader: ResultsReader, t0: float, since: float) -> list[tuple[int, int]]:
+    """Backlog results per wall-clock second since ``t0``, from ``since`` on."""
     marker = HIGH.encode() + b"-"
     bins: dict[int, int] = {}
     for a in reader.arrivals:
+        if a.wall_s < since:
+            continue
         second = int(a.wall_s - t0)
         bins[second] = bins.get(second, 0) + sum(marker not in v for v in a.values)
     return sorted(bins.items())
@@ -139,7 +141,6 @@ async def measure(ctx: Context, model: str, backlog: int) -> Measured:
         await producer.start()
         try:
             build_high()
-            t0 = time.time()
             await _window(producer, reader, service, [0.2] * WARM_HIGH, 0, plan.timeout_s)
             n = WARM_HIGH
             windows = [await _window(producer, reader, service, every, n, plan.timeout_s)]
@@ -147,6 +148,7 @@ async def measure(ctx: Context, model: str, backlog: int) -> Measured:
             await publish(bootstrap, TOPICS.low, workloads.records(model, backlog, prefix="bulk"))
             await read_while_alive(reader, service, reader.count + 1, timeout_s=plan.timeout_s)
             await read_for(reader, service, plan.sparse_warm_s)
+            warm = time.time()
             solo = [await _solo(reader, service, plan.sparse_solo_s)]
             for wait_s in per_window:
                 windows.append(await _window(producer, reader, service, wait_s, n, plan.timeout_s))
@@ -156,7 +158,7 @@ async def measure(ctx: Context, model: str, backlog: int) -> Measured:
             await producer.stop()
         assert service.rss is not None
         peak = service.rss.peak_mb
-    return _measured(ctx, model, reader, windows, solo, backlog, n, peak, t0)
+    return _measured(ctx, model, reader, windows, solo, backlog, n, peak, warm)
 
 
 async def _solo(reader: ResultsReader, service: Service, seconds: float) -> float:
@@ -174,10 +176,13 @@ def _measured(
     backlog: int,
     sent: int,
     peak_mb: float,
-    t0: float,
+    warm: float,
 ) -> Measured:
+    """``warm``: when the backlog's warm-up ended (wall clock); times in ``extra`` count
+    from the idle window's start."""
     series = high_latencies(reader)
     idle, busy = _split(series, windows)
+    t0 = windows[0][0]
     idle_lat, busy_lat = Latency.of([s[1] for s in idle]), Latency.of([s[1] for s in busy])
     idle_srv, busy_srv = Latency.of([s[2] for s in idle]), Latency.of([s[2] for s in busy])
     idle_out, busy_out = Latency.of([s[3] for s in idle]), Latency.of([s[3] for s in busy])
@@ -211,10 +216,10 @@ def _measured(
         "low_backlog": backlog,
         "low_done_at_end": low_done,
         "saturated": low_done < backlog,
-        # Seconds since the first warm-up request: the windows, and every high request.
+        # Seconds since the idle window's start: the windows, and every measured request.
         "windows_s": [(round(a - t0, 3), round(b - t0, 3)) for a, b in windows],
-        "series": [(round(s[0] - t0, 3), round(s[1], 2)) for s in series],
-        "low_per_s": _low_per_second(reader, t0),
+        "series": [(round(s[0] - t0, 3), round(s[1], 2)) for s in idle + busy],
+        "low_per_s": _low_per_second(reader, t0, warm),
     }
     ctx.say(
         f"  sparse priority, {model} backlog: high p50 {busy_lat.p50_ms:.1f} ms, "
@@ -285,7 +290,7 @@ def plot(ctx: Context, runs: list[Measured]) -> None:
         ax.axhline(m.extra["p99_bound_ms"], color="tab:red", linestyle=":", label="p99 bound")
         ax.set_yscale("log")
         ax.set_ylabel("high latency, ms (log)")
-        ax.set_xlabel("seconds since the first high request")
+        ax.set_xlabel("seconds since the idle window's start")
         ax.set_title(f"sparse priority, {m.model} backlog (low topic), digits high requests")
         ax.legend(loc="upper left", fontsize=8)
         low = ax.twinx()
