@@ -48,6 +48,7 @@ class InferlaneClient:
             bootstrap_servers=bootstrap, linger_ms=5, acks="all", **self._connection
         )
         self._consumer: KafkaConsumer | None = None
+        self._results_pending = False  # watching a results topic that did not exist yet
 
     def watch_results(self) -> None:
         """Start reading results from now on; call before publishing what you await."""
@@ -57,11 +58,26 @@ class InferlaneClient:
             **READER_CONFIG,
             **self._connection,
         )
-        partitions = consumer.partitions_for_topic(self._results_topic) or set()
-        tps = [TopicPartition(self._results_topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        skip_to_end(consumer, tps)
         self._consumer = consumer
+        if not self._assign_results(from_start=False):
+            # Created after this call (a worker that is still starting makes it):
+            # everything it will hold is new, so it is read from its start.
+            self._results_pending = True
+
+    def _assign_results(self, *, from_start: bool) -> bool:
+        """Assign every partition of the results topic; False if it does not exist yet."""
+        assert self._consumer is not None
+        partitions = self._consumer.partitions_for_topic(self._results_topic)
+        if not partitions:
+            return False
+        tps = [TopicPartition(self._results_topic, p) for p in sorted(partitions)]
+        self._consumer.assign(tps)
+        if from_start:
+            self._consumer.seek_to_beginning(*tps)
+        else:
+            skip_to_end(self._consumer, tps)
+        self._results_pending = False
+        return True
 
     def send_raw(
         self, value: bytes, *, key: bytes | None = None, topic: str = DEFAULT_TOPIC
@@ -103,6 +119,9 @@ class InferlaneClient:
             if left_ms <= 0:
                 missing = len(wanted - found.keys())
                 raise TimeoutError(f"{missing} of {len(wanted)} results did not arrive")
+            if self._results_pending and not self._assign_results(from_start=True):
+                time.sleep(min(left_ms, 200) / 1000)
+                continue
             for messages in self._consumer.poll(timeout_ms=min(left_ms, 500)).values():
                 for m in messages:
                     result = InferenceResult.model_validate(orjson.loads(m.value))
