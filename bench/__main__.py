@@ -30,7 +30,7 @@ from bench.scenarios import (
     throughput,
 )
 from bench.scenarios.common import Context, Measured
-from worker.gc_schedule import without_full_passes
+from worker.execution.gc_schedule import without_full_passes
 
 if TYPE_CHECKING:
     from worker.models import ModelRegistry
@@ -119,8 +119,8 @@ def _registry(torch_threads: int) -> ModelRegistry:
     """The demo models, loaded in the harness process for the ceiling."""
     import torch
 
+    from worker.demo.models import ensure_demo_models
     from worker.models import ModelRegistry
-    from worker.models.demo import ensure_demo_models
 
     torch.set_num_threads(torch_threads)
     return ModelRegistry.from_toml(ensure_demo_models())

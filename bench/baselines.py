@@ -30,9 +30,9 @@ import torch
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from consumers.contract import InferenceRequest
-from worker.config import TopicConfig
+from worker.demo.models import ensure_demo_models
 from worker.models import LoadedModel, ModelRegistry
-from worker.models.demo import ensure_demo_models
+from worker.settings import TopicConfig
 
 TOPICS = TopicConfig()
 _GROUP = "bench-baseline"

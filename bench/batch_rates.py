@@ -22,11 +22,11 @@ from rich.table import Table
 
 from consumers.contract import InferenceRequest, Priority
 from consumers.records import RawRecord, SourceRef
-from worker.lanes import Lane
+from worker.base.pending import Pending
+from worker.demo.models import ensure_demo_models
+from worker.demo.workload import digits_requests, minilm_requests
 from worker.models import LoadedModel, ModelRegistry
-from worker.models.demo import ensure_demo_models
-from worker.pending import Pending
-from worker.workload import digits_requests, minilm_requests
+from worker.scheduling.lanes import Lane
 
 
 def _pending(model: LoadedModel, requests: Iterator[InferenceRequest]) -> Iterator[Pending]:

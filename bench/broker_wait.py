@@ -23,7 +23,7 @@ from rich.progress import track
 from rich.table import Table
 
 from consumers.topics import ensure_topics
-from worker.broker import embedded_broker
+from worker.intake.broker import embedded_broker
 
 PARTITIONS = (1, 3)
 WAITS_MS = (5, 50, 250)

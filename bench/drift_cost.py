@@ -19,12 +19,12 @@ from pydantic import JsonValue
 
 from consumers.contract import InferenceRequest, Priority
 from consumers.records import RawRecord, SourceRef
+from worker.base.pending import Batch, ItemResult, Pending
+from worker.delivery.outcomes import completed
 from worker.drift.accumulate import WindowAccumulator
 from worker.drift.observe import observe
-from worker.executor import BatchRun
+from worker.execution.executor import BatchRun
 from worker.models import ClassifierAdapter
-from worker.outcomes import completed
-from worker.pending import Batch, ItemResult, Pending
 
 
 def digits_batch(n: int) -> tuple[Batch, BatchRun, ClassifierAdapter]:

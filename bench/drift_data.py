@@ -123,8 +123,8 @@ def timings(url: str) -> None:
 
 def _in_process(engine: Engine) -> None:
     """The CLI's own queries, without the process start (Python and torch imports)."""
-    from worker.drift.thresholds import DriftThresholds
     from worker.drift.views import Window, verdicts
+    from worker.settings.drift_thresholds import DriftThresholds
 
     now = datetime.now(UTC)
     started = time.perf_counter()

@@ -23,15 +23,15 @@ from rich.table import Table
 
 from consumers.contract import InferenceRequest
 from storage.drift_records import CATEGORICAL, NUMERIC, WindowDelta, WindowKey, WindowStats
-from worker.config import DriftConfig
-from worker.demo import DIABETES_SHIFT_SCALE
+from worker.demo.models import diabetes_test_set, digits_test_set, ensure_demo_models
+from worker.demo.run import DIABETES_SHIFT_SCALE
+from worker.demo.workload import diabetes_requests, digits_requests
 from worker.drift.accumulate import WindowAccumulator
 from worker.drift.evaluate import evaluate
 from worker.drift.observe import Observation
-from worker.drift.thresholds import DriftThresholds
 from worker.models import ClassifierAdapter, ModelRegistry
-from worker.models.demo import diabetes_test_set, digits_test_set, ensure_demo_models
-from worker.workload import diabetes_requests, digits_requests
+from worker.settings import DriftConfig
+from worker.settings.drift_thresholds import DriftThresholds
 
 T0 = datetime(2026, 12, 6, tzinfo=UTC)
 

@@ -20,11 +20,11 @@ from sqlalchemy import text
 from bench.procs import Service
 from storage import ResultStore, make_engine
 from storage.jobs import JobStore
-from worker.broker import EmbeddedBroker
-from worker.config import TopicConfig, WorkerSettings
+from worker.intake.broker import EmbeddedBroker
 from worker.jobs.distributed import publish
 from worker.jobs.params import JobParams
 from worker.models import ModelRegistry
+from worker.settings import TopicConfig, WorkerSettings
 
 PG_ADMIN_URL = os.environ.get(
     "INFERLANE_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

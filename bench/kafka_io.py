@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from bench.measure import Arrival
 from bench.workloads import Record
 from consumers.topics import ensure_topics
-from worker.config import TopicConfig
+from worker.settings import TopicConfig
 
 TOPICS = TopicConfig()
 PARTITIONS = 3

@@ -20,11 +20,11 @@ import torch
 
 from bench import workloads
 from bench.kafka_io import TOPICS, ResultsReader, create_topics, publish
-from worker.broker import embedded_broker
-from worker.config import WorkerSettings
+from worker.demo.models import ensure_demo_models
+from worker.facade import Worker
+from worker.intake.broker import embedded_broker
 from worker.models import ModelRegistry
-from worker.models.demo import ensure_demo_models
-from worker.service import Worker
+from worker.settings import WorkerSettings
 
 
 async def _soak(n: int, db: Path, top: int) -> None:

@@ -29,11 +29,11 @@ from pathlib import Path
 import torch
 from prometheus_client import CollectorRegistry
 
-from worker.config import ModelStoreConfig, WorkerSettings
+from worker.demo.copies import COPY_PREFIX, write_copies
+from worker.launch import tune_process
 from worker.models import ModelRegistry
-from worker.models.copies import COPY_PREFIX, write_copies
 from worker.models.measure import rss_bytes, tensor_bytes
-from worker.serve import tune_process
+from worker.settings import ModelStoreConfig, WorkerSettings
 
 MODELS = 8
 

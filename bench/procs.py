@@ -12,7 +12,7 @@ from types import TracebackType
 import psutil
 
 from bench.measure import RssSampler
-from worker.broker import terminate
+from worker.intake.broker import terminate
 
 # Tansu holds a group's first join for half the session timeout: the worker's default
 # (30 s) makes every start wait 15 s. 6 s (the least the worker accepts) joins in 3 s.

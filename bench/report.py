@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.scenarios import overhead, sparse_priority, step_load
 from bench.scenarios.common import Measured
-from worker.config import BatchConfig
+from worker.settings import BatchConfig
 
 # (ratio path, comparison, threshold), from the targets for this machine (CPU).
 TARGETS: tuple[tuple[str, str, float], ...] = (

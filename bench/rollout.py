@@ -32,14 +32,14 @@ from sqlalchemy import func, select
 from consumers.client import InferlaneClient
 from storage.rollouts import RolloutEvent, RolloutRecord, RolloutStore
 from storage.schema import inference_results
-from worker.broker import EmbeddedBroker
-from worker.config import OpsConfig, RolloutConfig, WorkerSettings
+from worker.demo.models import ensure_rollout_models
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
-from worker.models.demo import ensure_rollout_models
 from worker.rollout.begin import begin
-from worker.rollout.plan import RolloutPlan
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import OpsConfig, RolloutConfig, WorkerSettings
+from worker.settings.rollout_plan import RolloutPlan
 
 console = Console()
 GATES = ("disagreement", "label_error_increase", "error_rate_increase")

@@ -23,8 +23,8 @@ from rich.table import Table
 from storage.rollouts import RolloutRecord
 from worker.rollout.decide import judge
 from worker.rollout.gates import Measures, Pair, Verdict, evaluate
-from worker.rollout.plan import Gates, RolloutPlan, State
 from worker.rollout.stats import VersionStats
+from worker.settings.rollout_plan import Gates, RolloutPlan, State
 
 CLASSIFIER = Measures(binary_labels=True, disagreement_bound=1.0)
 T0 = datetime(2026, 12, 6, tzinfo=UTC)

@@ -1,6 +1,6 @@
 """Request payloads for the benchmarks, encoded straight to bytes.
 
-Built from ``worker.workload`` templates, then re-keyed, so that 200,000 requests
+Built from ``worker.demo.workload`` templates, then re-keyed, so that 200,000 requests
 cost a few hundred milliseconds and no pydantic objects are held for each.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from worker.workload import digits_requests, minilm_requests
+from worker.demo.workload import digits_requests, minilm_requests
 
 Record = tuple[bytes, bytes]  # (key, value)
 

@@ -22,7 +22,7 @@ from storage.errors import classified_errors
 from storage.schema import rollout_events, rollout_stats, rollouts
 from storage.upserts import upsert
 
-# States, modes, decisions and roles as stored (worker.rollout.plan has the enums).
+# States, modes, decisions and roles as stored (worker.settings.rollout_plan has the enums).
 RUNNING, PROMOTED, ROLLED_BACK, ABORTED = "running", "promoted", "rolled_back", "aborted"
 SHADOW, CANARY = "shadow", "canary"
 START, PASS, WAIT, ADVANCE, PROMOTE, ROLLBACK, ABORT = (

@@ -13,8 +13,9 @@ from sqlalchemy.exc import OperationalError
 
 from storage import make_engine
 from storage.schema import metadata
-from worker.broker import EmbeddedBroker
-from worker.models import ModelRegistry, ensure_demo_models
+from worker.demo.models import ensure_demo_models
+from worker.intake.broker import EmbeddedBroker
+from worker.models import ModelRegistry
 
 PG_URL = os.environ.get(
     "INFERLANE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

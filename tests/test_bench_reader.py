@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from bench.kafka_io import TOPICS, ResultsReader, create_topics, publish
-from worker.broker import EmbeddedBroker
+from worker.intake.broker import EmbeddedBroker
 
 
 def _records(first: int, n: int) -> list[tuple[bytes, bytes]]:

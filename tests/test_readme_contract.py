@@ -81,6 +81,6 @@ def test_result_paragraph_names_every_result_field_and_status() -> None:
 
 def test_relative_timeout_is_documented_from_the_kafka_timestamp() -> None:
     """Admission counts ``timeout_ms`` from the record's Kafka timestamp, so a replay
-    after a restart gets no fresh timeout (worker/admission.py)."""
+    after a restart gets no fresh timeout (worker/intake/admission.py)."""
     row = next(line for line in README.splitlines() if line.startswith("| `timeout_ms`"))
     assert "Kafka timestamp" in row

@@ -6,7 +6,7 @@ import contextlib
 import socket
 import threading
 
-from worker.broker import free_port
+from worker.intake.broker import free_port
 
 
 class TcpProxy:

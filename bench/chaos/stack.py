@@ -25,9 +25,9 @@ from bench.chaos.proxy import TcpProxy
 from bench.measure import RssSampler
 from bench.procs import WORKER_ENV
 from storage import make_engine
-from worker.broker import EmbeddedBroker, terminate
-from worker.config import TopicConfig
-from worker.models.demo import ensure_demo_models
+from worker.demo.models import ensure_demo_models
+from worker.intake.broker import EmbeddedBroker, terminate
+from worker.settings import TopicConfig
 
 PG_URL = os.environ.get(
     "INFERLANE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -199,7 +199,7 @@ adapter = {{ kind = "classifier", features = 64, num_classes = 10, shapes = [[8,
 name = "diabetes"
 version = "1"
 format = "factory"
-factory = "worker.models.demo:build_diabetes"
+factory = "worker.demo.models:build_diabetes"
 path = "{demo / "diabetes-1.safetensors"}"
 adapter = {{ kind = "regressor", features = 10 }}
 

@@ -28,10 +28,10 @@ import torch
 from bench import workloads
 from bench.measure import Latency
 from bench.scenarios.common import Context
-from worker.config import ComputeConfig
-from worker.executor import set_torch_threads
+from worker.execution.executor import set_torch_threads
 from worker.models import LoadedModel, ModelRegistry
 from worker.models.loaders import load_model
+from worker.settings import ComputeConfig
 
 
 def _items(model: LoadedModel, n: int) -> list[Any]:

@@ -17,7 +17,7 @@ import orjson
 from bench.kafka_io import ResultsReader, create_topics
 from bench.plan import Plan
 from bench.procs import Service, inferlane_command
-from worker.broker import embedded_broker
+from worker.intake.broker import embedded_broker
 
 # Latency bases, named in every result so that no two are compared by mistake.
 SERVER = "server: record received by the consumer -> result ready (latency_ms.total)"

@@ -25,7 +25,7 @@ import urllib.request
 
 from bench.scenarios import throughput
 from bench.scenarios.common import Context, Measured, median_run, worker_env
-from worker.broker import free_port
+from worker.intake.broker import free_port
 
 MODEL = "digits"
 SCRAPE_PATHS = ("/metrics", "/status.json")

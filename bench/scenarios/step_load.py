@@ -39,7 +39,7 @@ from bench.scenarios.common import (
     read_while_alive,
     worker_env,
 )
-from worker.broker import free_port
+from worker.intake.broker import free_port
 
 POLICIES = ("adaptive", "naive")
 # Fixed caps paired with adaptive, each a size the registry allows (digits: up to 256).

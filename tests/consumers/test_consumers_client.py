@@ -7,7 +7,7 @@ import asyncio
 from consumers.client import DEFAULT_RESULTS, InferlaneClient
 from consumers.contract import InferenceResult, Latency, Priority, Status
 from consumers.topics import ensure_topics
-from worker.broker import EmbeddedBroker
+from worker.intake.broker import EmbeddedBroker
 
 
 def _result(request_id: str) -> bytes:

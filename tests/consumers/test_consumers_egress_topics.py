@@ -7,7 +7,7 @@ import pytest
 
 import consumers.egress
 from consumers.egress import Egress, OutRecord
-from worker.broker import EmbeddedBroker
+from worker.intake.broker import EmbeddedBroker
 
 RESULTS = "inferlane.results"
 

@@ -21,7 +21,7 @@ from consumers.ingress import Ingress
 from consumers.offsets import TopicPartitionKey
 from consumers.records import RawRecord
 from consumers.topics import ensure_topics
-from worker.broker import EmbeddedBroker
+from worker.intake.broker import EmbeddedBroker
 
 URGENT, BULK = "urgent", "bulk"
 

@@ -14,7 +14,7 @@ from consumers.egress import Egress
 from consumers.ingress import Ingress
 from consumers.security import KafkaSecurity
 from consumers.topics import admin_client
-from worker.config import WorkerSettings
+from worker.settings import WorkerSettings
 
 # A self-signed certificate and key made for these tests only (it is its own CA).
 TLS = Path(__file__).parent / "tls"

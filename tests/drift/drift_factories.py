@@ -12,9 +12,9 @@ from sqlalchemy import Engine
 from storage.drift_records import CATEGORICAL
 from worker.drift.metrics import DriftMetrics
 from worker.drift.observe import Observation
-from worker.drift.thresholds import DriftThresholds
 from worker.drift.tracker import DriftTracker
 from worker.models import ClassifierAdapter
+from worker.settings.drift_thresholds import DriftThresholds
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 WINDOW_S = 60

@@ -19,11 +19,11 @@ from consumers.contract import Priority, Status
 from consumers.records import RawRecord, SourceRef
 from storage import anomaly_count, make_engine
 from storage.drift_windows import read_windows
-from worker.admission import Admission, Admitted
-from worker.broker import EmbeddedBroker
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.admission import Admission, Admitted
+from worker.intake.broker import EmbeddedBroker
 from worker.models import Adapter, ClassifierAdapter, ModelRegistry, RegressorAdapter
-from worker.service import Worker
-from worker.workload import digits_requests
 
 ADAPTERS: dict[str, Adapter] = {
     "three": ClassifierAdapter(features=2, num_classes=3),

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from worker.config import WorkerSettings
 from worker.models import RegistryFile
+from worker.settings import WorkerSettings
 
 REGISTRY = """
 [[models]]

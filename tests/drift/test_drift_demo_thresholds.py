@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from storage import DriftRow, ResultStore, anomaly_count, drift_summary
-from worker.demo import ANOMALY_RMS, anomaly_thresholds
+from worker.demo.run import ANOMALY_RMS, anomaly_thresholds
 from worker.models import ModelRegistry
 
 SHIFT = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)

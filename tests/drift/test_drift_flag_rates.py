@@ -9,9 +9,9 @@ import pytest
 
 from bench.drift_flags import Served, window_verdict
 from storage.drift_records import CATEGORICAL, NUMERIC
-from worker.config import DriftConfig
 from worker.drift import critical
-from worker.drift.thresholds import DriftThresholds
+from worker.settings import DriftConfig
+from worker.settings.drift_thresholds import DriftThresholds
 
 WINDOWS = 300
 POOL = 5000

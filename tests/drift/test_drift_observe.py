@@ -17,11 +17,11 @@ from storage import ResultStore
 from storage.drift_records import CATEGORICAL, OUTPUT, WindowDelta
 from storage.drift_windows import read_windows
 from tests.drift.drift_factories import tracker
+from worker.base.pending import Batch, ItemResult, Outcome
+from worker.delivery.outcomes import completed
 from worker.drift.observe import observe
-from worker.executor import BatchRun
+from worker.execution.executor import BatchRun
 from worker.models import ClassifierAdapter
-from worker.outcomes import completed
-from worker.pending import Batch, ItemResult, Outcome
 
 FAILED = ErrorInfo(code="model_error", message="model raised on this input")
 

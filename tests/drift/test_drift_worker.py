@@ -18,12 +18,12 @@ from storage.drift_windows import read_flags, read_windows
 from storage.retention import purge
 from storage.schema import drift_labels, inference_log
 from tests.e2e.support import read_topic, settings_for, wait_for_rows
-from worker.broker import EmbeddedBroker
-from worker.config import DriftConfig
-from worker.drift.thresholds import DriftThresholds
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import DriftConfig
+from worker.settings.drift_thresholds import DriftThresholds
 
 
 async def _until(check: object, timeout_s: float = 60.0) -> None:

@@ -14,8 +14,8 @@ from sqlalchemy import Engine
 
 from consumers.client import READER_CONFIG, read_to_end
 from storage import count_results
-from worker.config import KafkaConfig, WorkerSettings
 from worker.models import ModelRegistry, ModelSpec, RegistryFile
+from worker.settings import KafkaConfig, WorkerSettings
 
 
 def settings_for(

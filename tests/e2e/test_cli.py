@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from worker.broker import EmbeddedBroker, free_port
+from worker.intake.broker import EmbeddedBroker, free_port
 
 from .support import read_topic
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import make_url
 
-from worker.broker import EmbeddedBroker
-from worker.ports import free_port
+from worker.base.ports import free_port
+from worker.intake.broker import EmbeddedBroker
 
 REGISTRY = """\
 [[models]]

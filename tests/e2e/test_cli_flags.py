@@ -16,7 +16,7 @@ DIABETES = """\
 name = "diabetes"
 version = "1"
 format = "factory"
-factory = "worker.models.demo:build_diabetes"
+factory = "worker.demo.models:build_diabetes"
 path = "{weights}"
 adapter = {{ kind = "regressor", features = 10 }}
 """

@@ -20,8 +20,8 @@ from sqlalchemy import text
 from consumers.client import InferlaneClient
 from consumers.contract import Status
 from storage import anomaly_count, count_results, make_engine
-from worker.broker import EmbeddedBroker
-from worker.workload import digits_requests
+from worker.demo.workload import digits_requests
+from worker.intake.broker import EmbeddedBroker
 
 from .support import read_topic, wait_for_rows
 

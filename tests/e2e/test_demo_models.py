@@ -8,10 +8,10 @@ import math
 from consumers.client import InferlaneClient
 from consumers.contract import Status
 from storage import anomaly_count, drift_summary, make_engine
-from worker.broker import EmbeddedBroker
+from worker.demo.workload import diabetes_requests, digits_requests, minilm_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
-from worker.service import Worker
-from worker.workload import diabetes_requests, digits_requests, minilm_requests
 
 from .support import settings_for, wait_for_rows
 

@@ -21,11 +21,11 @@ from sqlalchemy import text
 from consumers.client import InferlaneClient
 from consumers.contract import DeadLetterHeaders, Status
 from storage import make_engine
-from worker.broker import EmbeddedBroker
-from worker.config import KafkaConfig, LaneConfig
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import KafkaConfig, LaneConfig
 
 from .slow import STALL, STALL_S
 from .support import read_topic, settings_for, wait_for_rows, with_test_model

@@ -12,7 +12,7 @@ import pytest
 
 from consumers.client import InferlaneClient
 from storage import make_engine
-from worker.broker import EmbeddedBroker, free_port
+from worker.intake.broker import EmbeddedBroker, free_port
 
 from .support import wait_for_rows
 from .test_cli import inferlane

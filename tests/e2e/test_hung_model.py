@@ -12,12 +12,12 @@ import pytest
 from bench.chaos import hang_model as hang
 from consumers.client import InferlaneClient
 from consumers.contract import DeadLetterHeaders, Status
-from worker.broker import EmbeddedBroker
-from worker.compute_threads import ComputeUnhealthy
-from worker.config import ComputeConfig
+from worker.demo.workload import digits_requests
+from worker.execution.compute_threads import ComputeUnhealthy
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import ComputeConfig
 
 from .support import read_topic, settings_for, with_test_model
 

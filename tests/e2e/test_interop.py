@@ -9,10 +9,10 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from consumers.contract import InferenceResult, Status
-from worker.broker import EmbeddedBroker
+from worker.demo.workload import diabetes_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
-from worker.service import Worker
-from worker.workload import diabetes_requests
 
 from .support import settings_for
 

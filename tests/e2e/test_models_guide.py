@@ -37,16 +37,16 @@ from tokenizers import Tokenizer
 
 from storage import make_engine
 from storage.schema import inference_results
-from worker.broker import EmbeddedBroker, free_port
-from worker.drift.thresholds import DriftThresholds
+from worker.intake.broker import EmbeddedBroker, free_port
 from worker.models.specs import (
     CandidateSpec,
     ClassifierConfig,
     RegressorConfig,
     TextEmbeddingConfig,
 )
-from worker.rollout.plan import Gates, RolloutPlan
-from worker.scheduling.params import ControllerParams
+from worker.settings.controller_params import ControllerParams
+from worker.settings.drift_thresholds import DriftThresholds
+from worker.settings.rollout_plan import Gates, RolloutPlan
 
 from .support import wait_for_rows
 

@@ -10,11 +10,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from consumers.client import InferlaneClient
 from storage import ResultStore, make_engine
-from worker.broker import EmbeddedBroker
-from worker.config import KafkaConfig, WorkerSettings
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import KafkaConfig, WorkerSettings
 
 from .support import settings_for, wait_for_rows
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from consumers.client import InferlaneClient
 from storage import make_engine, result_counts
-from worker.broker import EmbeddedBroker
-from worker.config import KafkaConfig
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import KafkaConfig
 
 from .support import settings_for, wait_for_rows
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import orjson
 
 from consumers.client import InferlaneClient
-from worker.broker import EmbeddedBroker
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
-from worker.service import Worker
 
 from .support import settings_for
 

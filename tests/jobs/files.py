@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from worker.models import digits_test_set
+from worker.demo.models import digits_test_set
 
 
 def digits(n: int) -> tuple[np.ndarray, np.ndarray]:

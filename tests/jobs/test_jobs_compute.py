@@ -12,7 +12,7 @@ import torch
 from worker.jobs.batch_size import BatchSizer
 from worker.jobs.compute import score
 from worker.models import Adapter, ClassifierAdapter, LoadedModel
-from worker.scheduling.params import ControllerParams
+from worker.settings.controller_params import ControllerParams
 
 
 def fussy(x: torch.Tensor) -> torch.Tensor:

@@ -16,14 +16,14 @@ from typer.testing import CliRunner
 from storage import ResultStore
 from storage.jobs import JobStore, WindowCounts
 from tests.e2e.support import read_topic, settings_for
-from worker.broker import EmbeddedBroker
 from worker.cli import app
-from worker.config import KafkaConfig, TopicConfig
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.jobs.distributed import ExportError, errors_file, export_job, publish
 from worker.jobs.outputs import errors_path
 from worker.jobs.params import JobParams
 from worker.models import ModelRegistry
-from worker.service import Worker
+from worker.settings import KafkaConfig, TopicConfig
 
 from .files import digits, write_jsonl
 

@@ -14,11 +14,11 @@ from consumers.client import InferlaneClient
 from storage import make_engine
 from storage.jobs import JobStore
 from tests.e2e.support import settings_for, wait_for_rows
-from worker.broker import EmbeddedBroker
 from worker.cli import app
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
-from worker.service import Worker
-from worker.workload import digits_requests
 
 N = 300
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.models.copies import write_copies
+from worker.demo.copies import write_copies
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from tests.rollout.registries import with_candidates
 from worker.models import CandidateSpec, RegistryFile, candidate_key
-from worker.rollout.plan import Gates, Mode, RolloutPlan
+from worker.settings.rollout_plan import Gates, Mode, RolloutPlan
 
 TOML = with_candidates(
     """mode = "shadow"

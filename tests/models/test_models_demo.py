@@ -8,13 +8,13 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from worker.models import (
-    ModelRegistry,
+from worker.demo.models import (
     demo_sentences,
     diabetes_test_set,
     digits_test_set,
     ensure_demo_models,
 )
+from worker.models import ModelRegistry
 
 
 def test_registry_lists_the_demo_models(demo_registry: ModelRegistry) -> None:
@@ -97,7 +97,7 @@ def test_cache_folder_from_the_environment(
 
 def test_concurrent_builds_leave_one_good_cache(tmp_path: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from worker.models import ensure_demo_models; "
+        "import sys; from pathlib import Path; from worker.demo.models import ensure_demo_models; "
         "ensure_demo_models(Path(sys.argv[1]))"
     )
     builders = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)]) for _ in range(2)]

@@ -9,11 +9,11 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry
 
-from worker.config import ModelStoreConfig
-from worker.models import ModelRegistry, digits_test_set
+from worker.demo.models import demo_sentences, digits_test_set
+from worker.models import ModelRegistry
 from worker.models import optimize as optimize_module
-from worker.models.demo import demo_sentences
 from worker.models.loaders import load_model
+from worker.settings import ModelStoreConfig
 
 
 class Skewed(torch.nn.Module):

@@ -11,11 +11,11 @@ import pytest
 from consumers.client import InferlaneClient
 from consumers.contract import Status
 from consumers.errors import UnknownModel
-from worker.broker import EmbeddedBroker
-from worker.config import ModelStoreConfig, WorkerSettings
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import ModelStoreConfig, WorkerSettings
 
 
 def entry(name: str, version: str, weights: Path) -> str:

@@ -12,10 +12,10 @@ import torch
 from prometheus_client import CollectorRegistry
 from torch import nn
 
-from worker.config import ModelStoreConfig
 from worker.models import Adapter, LoadedModel, ModelRegistry, ModelSpec, load_model
 from worker.models.measure import rss_bytes, tensor_bytes
 from worker.models.tiers import Tier
+from worker.settings import ModelStoreConfig
 
 NAMES = [f"digits-copy-{i}" for i in range(1, 9)]
 
@@ -146,13 +146,13 @@ def big_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "max_batch = 64\n"
         'adapter = { kind = "classifier", features = 64, num_classes = 10 }\n'
         '[[models]]\nname = "small"\nversion = "1"\nformat = "factory"\n'
-        'factory = "worker.models.demo:build_diabetes"\n'
+        'factory = "worker.demo.models:build_diabetes"\n'
         f'path = "{folder.parent}/small.safetensors"\n'
         'adapter = { kind = "regressor", features = 10 }\n'
     )
     from safetensors.torch import save_file
 
-    from worker.models.demo import build_diabetes
+    from worker.demo.models import build_diabetes
 
     save_file(build_diabetes().state_dict(), folder.parent / "small.safetensors")
     return folder / "registry.toml"

@@ -13,8 +13,8 @@ import torch
 from prometheus_client import CollectorRegistry
 
 from consumers.errors import ModelUnavailable
-from worker.config import ModelStoreConfig
 from worker.models import Adapter, LoadedModel, ModelRegistry, ModelSpec, load_model
+from worker.settings import ModelStoreConfig
 
 GOOD = "digits"
 

@@ -10,11 +10,11 @@ import torch
 
 from consumers.client import InferlaneClient
 from consumers.contract import Status
-from worker.broker import EmbeddedBroker
-from worker.config import ModelStoreConfig, WorkerSettings
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import Adapter, LoadedModel, ModelRegistry, ModelSpec, load_model
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import ModelStoreConfig, WorkerSettings
 
 
 async def test_worker_serves_the_others_while_models_are_unavailable(

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import make_url
 
 from consumers.client import InferlaneClient
-from worker.broker import EmbeddedBroker, free_port
+from worker.intake.broker import EmbeddedBroker, free_port
 
 from .support import aget, until
 

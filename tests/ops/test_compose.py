@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from worker.config import WorkerSettings
+from worker.settings import WorkerSettings
 
 from .support import require_binary
 

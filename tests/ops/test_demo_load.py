@@ -7,10 +7,10 @@ from e2e.support import read_topic
 from typer.testing import CliRunner
 
 from consumers.topics import ensure_topics
-from worker.broker import EmbeddedBroker
 from worker.cli import app
-from worker.config import TopicConfig
-from worker.demo import BAD_RECORDS
+from worker.demo.run import BAD_RECORDS
+from worker.intake.broker import EmbeddedBroker
+from worker.settings import TopicConfig
 
 
 async def test_publish_demo_spreads_the_workload_over_the_lanes(broker: EmbeddedBroker) -> None:

@@ -11,11 +11,11 @@ from e2e.support import settings_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumers.client import InferlaneClient
-from worker.broker import EmbeddedBroker, free_port
-from worker.config import OpsConfig
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker, free_port
 from worker.models import ModelRegistry
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import OpsConfig
 
 from .support import aget, until
 

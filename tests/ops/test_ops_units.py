@@ -7,8 +7,8 @@ import logging
 import orjson
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from worker.metrics import LATENCY_BUCKETS_S, ChunkHistogram
 from worker.ops.logs import JsonFormatter, scrub
+from worker.ops.metrics import LATENCY_BUCKETS_S, ChunkHistogram
 from worker.ops.registry_read import Snapshot, minus, quantile
 
 VALUES = [0.0005, 0.001, 0.003, 0.003, 0.07, 0.5, 0.5, 2.0, 31.0, 0.025]

@@ -16,11 +16,11 @@ import orjson
 from e2e.support import settings_for
 
 from consumers.client import InferlaneClient
-from worker.broker import EmbeddedBroker, free_port, terminate
-from worker.config import OpsConfig
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker, free_port, terminate
 from worker.models import ModelRegistry
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import OpsConfig
 
 from .support import aget, get, require_binary, until
 

@@ -17,13 +17,13 @@ from sqlalchemy import make_url
 
 from consumers.client import InferlaneClient
 from storage import make_engine
-from worker.broker import EmbeddedBroker, free_port
-from worker.config import OpsConfig
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker, free_port
 from worker.models import ModelRegistry
 from worker.ops.logs import JsonFormatter
 from worker.ops.readiness import Facts, decide
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import OpsConfig
 
 from .support import CuttableProxy, aget, until
 

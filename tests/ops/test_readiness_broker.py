@@ -17,12 +17,12 @@ from e2e.support import settings_for, wait_for_rows
 
 from consumers.client import InferlaneClient
 from storage import make_engine
-from worker.broker import EmbeddedBroker, free_port
-from worker.config import OpsConfig
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker, free_port
 from worker.models import ModelRegistry
 from worker.ops.readiness import Facts, decide
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import OpsConfig
 
 from .support import aget, until
 

@@ -14,11 +14,11 @@ from e2e.support import settings_for
 from matplotlib import image
 
 from consumers.client import InferlaneClient
-from worker.broker import EmbeddedBroker, free_port
-from worker.config import OpsConfig
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker, free_port
 from worker.models import ModelRegistry
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import OpsConfig
 
 from .support import aget, require_binary, until
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.models.demo import ensure_rollout_models
+from worker.demo.models import ensure_rollout_models
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from scipy.special import betaln
 
 from bench.rollout_gates import Scenario, Traffic, simulate
 from worker.rollout.confidence import mean_bounds
-from worker.rollout.plan import RolloutPlan, State
+from worker.settings.rollout_plan import RolloutPlan, State
 
 QUICK = RolloutPlan(steps=[5, 100], interval_s=10, passes=1, sample=1.0)
 TRAFFIC = Traffic(rate=1000.0, max_s=3600.0)

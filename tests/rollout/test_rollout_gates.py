@@ -12,8 +12,8 @@ from pydantic import ValidationError
 from storage.rollouts import RolloutRecord
 from worker.rollout.decide import judge
 from worker.rollout.gates import GateValue, Measures, Pair, Verdict, evaluate, overall
-from worker.rollout.plan import Gates, State
 from worker.rollout.stats import VersionStats
+from worker.settings.rollout_plan import Gates, State
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 GATES = Gates()

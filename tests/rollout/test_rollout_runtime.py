@@ -14,18 +14,18 @@ from prometheus_client import CollectorRegistry
 
 from storage import ResultStore
 from storage.rollouts import PROMOTED, RolloutRecord, RolloutStore
-from worker.config import RolloutConfig
+from worker.demo.models import RECIPE_VERSION
 from worker.models import ModelRegistry
 from worker.models.adapters import Adapter
-from worker.models.demo import RECIPE_VERSION
 from worker.models.loaders import load_model
 from worker.models.model import LoadedModel
 from worker.models.specs import ModelSpec
 from worker.rollout.begin import begin
 from worker.rollout.metrics import RolloutMetrics
-from worker.rollout.plan import Mode, RolloutPlan
 from worker.rollout.routing import Router
 from worker.rollout.runtime import Rollouts
+from worker.settings import RolloutConfig
+from worker.settings.rollout_plan import Mode, RolloutPlan
 
 
 def registry_text(models: Path, *, candidates: bool = True) -> str:
@@ -34,7 +34,7 @@ def registry_text(models: Path, *, candidates: bool = True) -> str:
     bodies = {
         "digits": f'format = "export"\npath = "{models / f"digits-{RECIPE_VERSION}.pt2"}"\n'
         'adapter = { kind = "classifier", features = 64, num_classes = 10, shapes = [[8, 8]] }',
-        "diabetes": 'format = "factory"\nfactory = "worker.models.demo:build_diabetes"\n'
+        "diabetes": 'format = "factory"\nfactory = "worker.demo.models:build_diabetes"\n'
         f'path = "{models / f"diabetes-{RECIPE_VERSION}.safetensors"}"\n'
         'adapter = { kind = "regressor", features = 10 }',
     }

@@ -24,13 +24,13 @@ from storage.rollouts import RolloutRecord, RolloutStore
 from storage.schema import drift_windows, inference_results, rollout_stats
 from tests.e2e.support import settings_for, wait_for_rows
 from tests.ops.support import aget
-from worker.broker import EmbeddedBroker, free_port
-from worker.config import OpsConfig, RolloutConfig, WorkerSettings
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker, free_port
 from worker.models import ModelRegistry
 from worker.rollout.begin import begin
-from worker.rollout.plan import Gates, Mode, RolloutPlan
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import OpsConfig, RolloutConfig, WorkerSettings
+from worker.settings.rollout_plan import Gates, Mode, RolloutPlan
 
 # Latency is not these tests' subject (test_rollout_gates covers the p99 gate): on a
 # loaded two-core CI machine one stalled candidate batch is the p99 of a short interval

@@ -8,8 +8,8 @@ from typing import Any
 
 from consumers.contract import InferenceRequest, Priority
 from consumers.records import RawRecord, SourceRef
+from worker.base.pending import Pending
 from worker.models import ClassifierAdapter
-from worker.pending import Pending
 
 NORMAL_TOPIC = "inferlane.requests"
 HIGH_TOPIC = "inferlane.requests.high"

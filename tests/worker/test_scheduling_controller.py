@@ -19,8 +19,8 @@ from worker.scheduling.controller import (
     Policy,
 )
 from worker.scheduling.curve import ThroughputCurve
-from worker.scheduling.params import ControllerParams
 from worker.scheduling.probes import BusyWindow
+from worker.settings.controller_params import ControllerParams
 
 TICK_S = 0.25
 MAX_BATCH = 256

@@ -11,11 +11,11 @@ import torch
 from pipeline_factories import classifier, pending
 
 from consumers.contract import Priority
-from worker.cuda_lanes import CudaLaneExecutor
-from worker.executor import BatchRun, Executor, ThreadExecutor
-from worker.lanes import LANE_ORDER
+from worker.base.pending import Batch
+from worker.execution.cuda_lanes import CudaLaneExecutor
+from worker.execution.executor import BatchRun, Executor, ThreadExecutor
 from worker.models import LoadedModel
-from worker.pending import Batch
+from worker.scheduling.lanes import LANE_ORDER
 from worker.scheduling.probes import NvmlProbe, open_probe
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -8,9 +8,9 @@ import pytest
 from pipeline_factories import LANE_OF_TOPIC, LOW_TOPIC, NORMAL_TOPIC, classifier, record
 
 from consumers.contract import Priority
-from worker.admission import Admission
-from worker.config import TopicConfig
+from worker.intake.admission import Admission
 from worker.models import Adapter
+from worker.settings import TopicConfig
 
 TIMEOUTS = {Priority.HIGH: 100, Priority.NORMAL: None, Priority.LOW: 60_000}
 

@@ -8,13 +8,13 @@ from pipeline_factories import pending
 from prometheus_client import CollectorRegistry
 
 from consumers.contract import Priority
-from worker.config import SchedulingConfig
-from worker.executor import BatchRun
-from worker.lanes import Lanes
+from worker.base.pending import Batch, ItemResult
+from worker.execution.executor import BatchRun
 from worker.models import ModelRegistry
-from worker.pending import Batch, ItemResult
 from worker.scheduling.controller import START_CAP
+from worker.scheduling.lanes import Lanes
 from worker.scheduling.scheduler import Scheduler
+from worker.settings import SchedulingConfig
 
 
 def make(

@@ -8,8 +8,8 @@ import pytest
 from pipeline_factories import pending
 
 from consumers.contract import Priority
-from worker.batcher import Batcher
-from worker.lanes import CostBudget, Lane, Lanes
+from worker.scheduling.batcher import Batcher
+from worker.scheduling.lanes import CostBudget, Lane, Lanes
 from worker.scheduling.shares import LaneShares
 
 HIGH, NORMAL, LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW

@@ -8,14 +8,14 @@ from pipeline_factories import record
 from prometheus_client import CollectorRegistry
 
 from consumers.contract import InferenceRequest, Priority
-from worker.batcher import Batcher
-from worker.config import SchedulingConfig
-from worker.executor import BatchRun, run_batch
-from worker.lanes import LANE_ORDER, Lanes
+from worker.base.pending import Batch, ItemResult, Pending
+from worker.demo.workload import digits_requests
+from worker.execution.executor import BatchRun, run_batch
 from worker.models import ModelRegistry
-from worker.pending import Batch, ItemResult, Pending
+from worker.scheduling.batcher import Batcher
+from worker.scheduling.lanes import LANE_ORDER, Lanes
 from worker.scheduling.scheduler import Scheduler
-from worker.workload import digits_requests
+from worker.settings import SchedulingConfig
 
 MODEL = "digits"
 

@@ -10,11 +10,11 @@ from kafka import KafkaProducer
 
 from consumers.client import InferlaneClient
 from consumers.contract import Priority, Status
-from worker.broker import EmbeddedBroker
-from worker.config import WorkerSettings
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import WorkerSettings
 
 TOPIC = "inferlane.requests"
 

@@ -13,11 +13,11 @@ from e2e.support import with_test_model
 
 from consumers.client import InferlaneClient
 from consumers.contract import Status
-from worker.broker import EmbeddedBroker
-from worker.config import SchedulingConfig, WorkerSettings
+from worker.demo.workload import digits_requests
+from worker.facade import Worker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
-from worker.service import Worker
-from worker.workload import digits_requests
+from worker.settings import SchedulingConfig, WorkerSettings
 
 
 async def until(condition: Callable[[], bool], timeout_s: float = 60) -> None:

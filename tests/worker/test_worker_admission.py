@@ -15,10 +15,10 @@ from pipeline_factories import record as make_record
 from consumers.contract import Priority, Status
 from consumers.errors import UnknownModel
 from consumers.records import RawRecord
-from worker.admission import Admission, Admitted
-from worker.config import TopicConfig
+from worker.intake.admission import Admission, Admitted
 from worker.models import Adapter
 from worker.rollout.routing import Route, Router
+from worker.settings import TopicConfig
 
 ADAPTER = classifier()
 

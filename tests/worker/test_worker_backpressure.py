@@ -7,9 +7,9 @@ from __future__ import annotations
 from pipeline_factories import pending, record
 
 from consumers.contract import Priority
-from worker.backpressure import BEHIND_AFTER_S, bulk_fetches_slow, bulk_room, paused_topics
-from worker.inflight import InFlight
-from worker.lanes import Lanes
+from worker.intake.backpressure import BEHIND_AFTER_S, bulk_fetches_slow, bulk_room, paused_topics
+from worker.intake.inflight import InFlight
+from worker.scheduling.lanes import Lanes
 
 TOPICS = {"t.high": Priority.HIGH, "t.normal": Priority.NORMAL, "t.low": Priority.LOW}
 

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 from pipeline_factories import pending
 
 from consumers.contract import Priority
-from worker.batcher import Batcher, BatchPlan
-from worker.lanes import LANE_ORDER, Lanes
-from worker.pending import Pending
+from worker.base.pending import Pending
+from worker.scheduling.batcher import Batcher, BatchPlan
+from worker.scheduling.lanes import LANE_ORDER, Lanes
 
 MAX_WAIT = 0.010
 HIGH, NORMAL, LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW

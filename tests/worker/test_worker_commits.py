@@ -10,7 +10,7 @@ import contextlib
 import pytest
 
 from consumers.offsets import TopicPartitionKey
-from worker.commits import CoalescedCommits
+from worker.delivery.commits import CoalescedCommits
 
 A: TopicPartitionKey = ("t", 0)
 B: TopicPartitionKey = ("t", 1)

@@ -7,8 +7,8 @@ import asyncio
 from pipeline_factories import record
 
 from consumers.contract import InferenceResult, Latency, Priority, Status
-from worker.completion import BULK, URGENT, CompletionQueue
-from worker.pending import Outcome
+from worker.base.pending import Outcome
+from worker.delivery.completion import BULK, URGENT, CompletionQueue
 
 
 def done(rid: str, lane: Priority) -> Outcome:

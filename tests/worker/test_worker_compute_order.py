@@ -6,8 +6,8 @@ import threading
 from concurrent.futures import Future, wait
 
 from consumers.contract import Priority
-from worker.compute_threads import Supervised
-from worker.pending import Batch
+from worker.base.pending import Batch
+from worker.execution.compute_threads import Supervised
 
 HIGH, NORMAL, LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW
 

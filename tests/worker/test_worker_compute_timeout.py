@@ -12,11 +12,11 @@ import torch
 from pipeline_factories import classifier, pending
 from prometheus_client import CollectorRegistry
 
-from worker.compute_threads import ComputeUnhealthy
-from worker.config import WorkerSettings
-from worker.executor import ThreadExecutor
+from worker.base.pending import Batch
+from worker.execution.compute_threads import ComputeUnhealthy
+from worker.execution.executor import ThreadExecutor
 from worker.models import LoadedModel, ModelRegistry, ModelSpec
-from worker.pending import Batch
+from worker.settings import WorkerSettings
 
 HANG = 7.0
 

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from consumers.contract import Priority
-from worker.config import WorkerSettings
+from worker.settings import WorkerSettings
 
 
 @pytest.fixture(autouse=True)
@@ -109,7 +109,7 @@ def test_the_device_is_auto_by_default_and_a_torch_device_name_otherwise(
 ) -> None:
     import torch
 
-    from worker.serve import resolve_device
+    from worker.launch import resolve_device
 
     assert WorkerSettings().device == "auto"
     expected = "cuda" if torch.cuda.is_available() else "cpu"

@@ -16,14 +16,14 @@ from prometheus_client import CollectorRegistry
 from pydantic import JsonValue
 
 from consumers.contract import Priority
-from worker.config import ComputeConfig
-from worker.cuda_lanes import InFlightCap, lane_priorities
-from worker.executor import ThreadExecutor, run_batch
-from worker.host_buffers import HostBuffers
-from worker.lanes import lane_of
+from worker.base.pending import Batch
+from worker.execution.cuda_lanes import InFlightCap, lane_priorities
+from worker.execution.executor import ThreadExecutor, run_batch
+from worker.execution.host_buffers import HostBuffers
+from worker.facade import choose_executor
 from worker.models import LoadedModel, ModelRegistry
-from worker.pending import Batch
-from worker.service import choose_executor
+from worker.scheduling.lanes import lane_of
+from worker.settings import ComputeConfig
 
 HIGH, NORMAL, LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW
 

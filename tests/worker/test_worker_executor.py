@@ -6,9 +6,9 @@ import pytest
 import torch
 from pipeline_factories import classifier, pending
 
-from worker.executor import ThreadExecutor, run_batch
+from worker.base.pending import Batch
+from worker.execution.executor import ThreadExecutor, run_batch
 from worker.models import LoadedModel
-from worker.pending import Batch
 
 POISON = 13.0
 

@@ -9,8 +9,8 @@ import weakref
 
 from prometheus_client import CollectorRegistry
 
-from worker.config import GcConfig
-from worker.gc_schedule import GcSchedule, without_full_passes
+from worker.execution.gc_schedule import GcSchedule, without_full_passes
+from worker.settings import GcConfig
 
 
 class Node:

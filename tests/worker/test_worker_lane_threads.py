@@ -11,9 +11,9 @@ import torch
 from pipeline_factories import classifier, pending
 
 from consumers.contract import Priority
-from worker.executor import ThreadExecutor
+from worker.base.pending import Batch
+from worker.execution.executor import ThreadExecutor
 from worker.models import LoadedModel
-from worker.pending import Batch
 
 HIGH, NORMAL, LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW
 NICE = {HIGH: 0, NORMAL: 3, LOW: 11}

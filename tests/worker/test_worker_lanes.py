@@ -6,7 +6,7 @@ import pytest
 from pipeline_factories import pending
 
 from consumers.contract import Priority
-from worker.lanes import COST_LOOKAHEAD_BATCHES, LANE_ORDER, Lane, Lanes
+from worker.scheduling.lanes import COST_LOOKAHEAD_BATCHES, LANE_ORDER, Lane, Lanes
 
 
 def ids(items: list) -> list[str]:

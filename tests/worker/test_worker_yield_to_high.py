@@ -10,10 +10,10 @@ import torch
 from pipeline_factories import classifier, pending
 
 from consumers.contract import Priority
-from worker.cuda_lanes import CudaLaneExecutor
-from worker.executor import Executor, ThreadExecutor
+from worker.base.pending import Batch
+from worker.execution.cuda_lanes import CudaLaneExecutor
+from worker.execution.executor import Executor, ThreadExecutor
 from worker.models import LoadedModel
-from worker.pending import Batch
 from worker.scheduling.yield_to_high import YieldToHigh
 
 HIGH, LOW = Priority.HIGH, Priority.LOW

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from storage.drift_records import CATEGORICAL, OUTPUT, Reference, WindowStats
 from storage.histograms import jensen_shannon, kolmogorov_smirnov, psi, psi_level
 from worker.drift import critical
-from worker.drift.thresholds import DriftThresholds
+from worker.settings.drift_thresholds import DriftThresholds
 
 
 @dataclass(frozen=True, slots=True)

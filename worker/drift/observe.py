@@ -9,8 +9,8 @@ import numpy as np
 
 from consumers.contract import Status
 from storage.drift_records import CATEGORICAL, NUMERIC
+from worker.base.pending import Batch, Outcome
 from worker.models import Adapter, ClassifierAdapter, RegressorAdapter
-from worker.pending import Batch, Outcome
 
 
 @dataclass(frozen=True, slots=True)

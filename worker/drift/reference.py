@@ -17,8 +17,8 @@ from typing import Any
 from pydantic import JsonValue
 
 from consumers.contract import Status
-from worker.drift.thresholds import DriftThresholds
-from worker.pending import Batch, Outcome
+from worker.base.pending import Batch, Outcome
+from worker.settings.drift_thresholds import DriftThresholds
 
 # (reference model name, prepared items) -> its outputs, one per item.
 RunReference = Callable[[str, list[Any]], list[JsonValue]]

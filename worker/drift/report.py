@@ -22,8 +22,8 @@ from sqlalchemy import Engine
 from storage.drift_records import CATEGORICAL, INPUT, OUTPUT
 from storage.latency import LatencySample, lane_latencies
 from worker.drift.evaluate import Verdict
-from worker.drift.thresholds import DriftThresholds
 from worker.drift.views import Window, references_of, verdicts
+from worker.settings.drift_thresholds import DriftThresholds
 
 
 def write_report(

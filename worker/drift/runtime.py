@@ -10,15 +10,15 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from worker.config import WorkerSettings
+from worker.base.pending import Batch, Outcome
 from worker.drift.labels import LabelJoiner
 from worker.drift.metrics import DriftMetrics
-from worker.drift.thresholds import DriftThresholds
 from worker.drift.tracker import DriftTracker
-from worker.metrics import WorkerMetrics
 from worker.models import ModelRegistry
 from worker.models.adapters import Labelled
-from worker.pending import Batch, Outcome
+from worker.ops.metrics import WorkerMetrics
+from worker.settings import WorkerSettings
+from worker.settings.drift_thresholds import DriftThresholds
 
 
 class Drift:

@@ -28,14 +28,14 @@ from storage.drift_windows import (
     save_reference,
 )
 from storage.reference_checks import add_checks
+from worker.base.pending import Batch, Outcome
 from worker.drift.accumulate import WindowAccumulator
 from worker.drift.evaluate import evaluate
 from worker.drift.metrics import DriftMetrics
 from worker.drift.observe import Observation, observe
 from worker.drift.reference import ReferenceCheck, RunReference, check_batch
-from worker.drift.thresholds import DriftThresholds
 from worker.models import Adapter
-from worker.pending import Batch, Outcome
+from worker.settings.drift_thresholds import DriftThresholds
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from sqlalchemy import Engine
 
 from storage.drift_records import Reference, merge_windows
 from storage.drift_windows import load_references, read_windows
-from worker.config import WorkerSettings
 from worker.drift.evaluate import Verdict, evaluate
-from worker.drift.thresholds import DriftThresholds
+from worker.settings import WorkerSettings
+from worker.settings.drift_thresholds import DriftThresholds
 
 _SPAN = re.compile(r"^(\d+)\s*(s|m|h|d)$")
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from worker.scheduling.controller import BatchController, Observation
 from worker.scheduling.curve import ThroughputCurve
-from worker.scheduling.params import ControllerParams
+from worker.settings.controller_params import ControllerParams
 
 # One point of the curve: the mean of a size's batches over at least this much forward
 # time, or this many batches. On the shared 2-vCPU VM one minilm batch's time varied by

@@ -21,10 +21,10 @@ import pyarrow as pa
 import torch
 
 from consumers.errors import ModelFailed, NonFiniteOutput
-from worker.executor import item_error
+from worker.execution.executor import item_error
 from worker.jobs.batch_size import BatchSizer
-from worker.lanes import CostBudget
 from worker.models import ClassifierAdapter, LoadedModel, RegressorAdapter
+from worker.scheduling.lanes import CostBudget
 
 
 @dataclass(slots=True)

@@ -27,7 +27,6 @@ from consumers.egress import Egress, OutRecord, Refused
 from consumers.topics import ensure_topics
 from storage import ResultStore
 from storage.jobs import CANCELLED, PUBLISHED, JobRecord, JobStore, WindowCounts
-from worker.config import WorkerSettings
 from worker.jobs.decode import Decoded, RowError, decode, number_or_nan
 from worker.jobs.liveness import running
 from worker.jobs.local import open_job
@@ -42,6 +41,7 @@ from worker.jobs.params import JobParams
 from worker.jobs.rows import error_line, error_row, expected_column, usable_labels
 from worker.jobs.sources import windows
 from worker.models import ClassifierAdapter, ModelRegistry
+from worker.settings import WorkerSettings
 
 
 class ExportError(Exception):

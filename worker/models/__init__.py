@@ -1,4 +1,4 @@
-"""Models: registry file, loaders per weights format, adapters, and the demo models.
+"""Models: registry file, loaders per weights format, adapters, the tiered store.
 
 Names load on first use (PEP 562): most of them import torch, which command-line
 paths such as ``inferlane drift`` or ``inferlane --help`` never need.
@@ -15,12 +15,6 @@ if TYPE_CHECKING:
         ClassifierAdapter,
         RegressorAdapter,
         TextEmbeddingAdapter,
-    )
-    from worker.models.demo import (
-        demo_sentences,
-        diabetes_test_set,
-        digits_test_set,
-        ensure_demo_models,
     )
     from worker.models.loaders import MeanPooledEncoder, load_model
     from worker.models.model import LoadedModel
@@ -53,10 +47,6 @@ _HOME = {
     "TextEmbeddingAdapter": "worker.models.adapters",
     "TextEmbeddingConfig": "worker.models.specs",
     "candidate_key": "worker.models.specs",
-    "demo_sentences": "worker.models.demo",
-    "diabetes_test_set": "worker.models.demo",
-    "digits_test_set": "worker.models.demo",
-    "ensure_demo_models": "worker.models.demo",
     "load_model": "worker.models.loaders",
 }
 
@@ -77,10 +67,6 @@ __all__ = [
     "TextEmbeddingAdapter",
     "TextEmbeddingConfig",
     "candidate_key",
-    "demo_sentences",
-    "diabetes_test_set",
-    "digits_test_set",
-    "ensure_demo_models",
     "load_model",
 ]
 

@@ -25,7 +25,6 @@ from prometheus_client import CollectorRegistry
 from pydantic import JsonValue
 
 from consumers.errors import ModelUnavailable, UnknownModel
-from worker.config import ModelStoreConfig
 from worker.models.adapters import Adapter
 from worker.models.loaders import load_model
 from worker.models.model import LoadedModel
@@ -34,6 +33,7 @@ from worker.models.specs import CandidateSpec, ModelSpec, RegistryFile, candidat
 from worker.models.store import Failure, Loader, Placement, TieredStore
 from worker.models.store_metrics import StoreMetrics
 from worker.models.watch import FileWatcher
+from worker.settings import ModelStoreConfig
 
 log = logging.getLogger(__name__)
 

@@ -23,15 +23,15 @@ from pydantic import (
     model_validator,
 )
 
-from worker.drift.thresholds import DriftThresholds
 from worker.models.adapters import (
     Adapter,
     ClassifierAdapter,
     RegressorAdapter,
     TextEmbeddingAdapter,
 )
-from worker.rollout.plan import RolloutPlan
-from worker.scheduling.params import ControllerParams
+from worker.settings.controller_params import ControllerParams
+from worker.settings.drift_thresholds import DriftThresholds
+from worker.settings.rollout_plan import RolloutPlan
 
 
 def _base(info: ValidationInfo) -> Path | None:

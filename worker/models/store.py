@@ -24,7 +24,6 @@ from typing import TypeVar
 import torch
 
 from consumers.errors import ModelUnavailable, UnknownModel
-from worker.config import ModelStoreConfig
 from worker.models.adapters import Adapter
 from worker.models.measure import (
     code_cache_keys,
@@ -51,6 +50,7 @@ from worker.models.tiers import (
     plan_use,
     touch,
 )
+from worker.settings import ModelStoreConfig
 
 log = logging.getLogger(__name__)
 

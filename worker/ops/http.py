@@ -15,15 +15,15 @@ from dataclasses import dataclass
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from worker.config import OpsConfig
-from worker.metrics import ErrorNote, WorkerMetrics
 from worker.models.listing import model_rows
+from worker.ops.metrics import ErrorNote, WorkerMetrics
 from worker.ops.page import PAGE
 from worker.ops.readiness import Readiness, ReadinessProbe
 from worker.ops.registry_read import Snapshot
 from worker.ops.sampler import LiveGauges
 from worker.ops.status import StatusBoard
 from worker.ops.view import WorkerView
+from worker.settings import OpsConfig
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from sqlalchemy import Engine, text
 
 from consumers.broker_check import BrokerUnreachable, check_broker
 from consumers.offsets import TopicPartitionKey
-from worker.config import OpsConfig
 from worker.ops.view import WorkerView
+from worker.settings import OpsConfig
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from worker.metrics import ErrorNote
+from worker.ops.metrics import ErrorNote
 from worker.ops.readiness import Readiness
 from worker.ops.registry_read import Snapshot, minus, quantile
 

@@ -6,12 +6,12 @@ from typing import Protocol
 
 from consumers.offsets import TopicPartitionKey
 from storage import ResultStore
-from worker.config import WorkerSettings
 from worker.models import ModelRegistry
+from worker.settings import WorkerSettings
 
 
 class WorkerView(Protocol):
-    """Implemented by ``worker.service.Worker``; all reads, cheap, on the event loop."""
+    """Implemented by ``worker.facade.Worker``; all reads, cheap, on the event loop."""
 
     @property
     def settings(self) -> WorkerSettings: ...

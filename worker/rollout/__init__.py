@@ -1,4 +1,4 @@
 """Rollouts: a candidate version in shadow or canary mode, gated, promoted or rolled back.
 
-Kept free of imports so that the registry specs can import ``worker.rollout.plan``.
+Kept free of imports so that the registry specs can import ``worker.settings.rollout_plan``.
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from storage.rollouts import RolloutRecord, RolloutStore
 from worker.models.specs import CandidateSpec, ModelSpec
-from worker.rollout.plan import Mode, RolloutPlan
+from worker.settings.rollout_plan import Mode, RolloutPlan
 
 
 def begin(

@@ -24,11 +24,11 @@ from pydantic import JsonValue
 
 from consumers.contract import Status
 from consumers.errors import BadInput
-from worker.executor import run_isolating
+from worker.base.pending import Batch, Outcome, Pending
+from worker.execution.executor import run_isolating
 from worker.models import Adapter
-from worker.pending import Batch, Outcome, Pending
-from worker.rollout.plan import Mode
 from worker.rollout.stats import VersionStats
+from worker.settings.rollout_plan import Mode
 
 log = logging.getLogger(__name__)
 

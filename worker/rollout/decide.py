@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from storage.rollouts import RolloutRecord
 from worker.rollout.gates import GateValue, Verdict, overall
-from worker.rollout.plan import Mode, State
+from worker.settings.rollout_plan import Mode, State
 
 
 @dataclass(frozen=True, slots=True)

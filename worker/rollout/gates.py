@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from worker.rollout.confidence import Bounds, difference_bounds, mean_bounds
-from worker.rollout.plan import Gates
 from worker.rollout.stats import VersionStats
+from worker.settings.rollout_plan import Gates
 
 SEQUENTIAL_TESTS = 3  # error rate, disagreement, labelled error: they share alpha
 

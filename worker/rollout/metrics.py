@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from storage.rollouts import RolloutRecord
 from worker.rollout.gates import GateValue
-from worker.rollout.plan import State
+from worker.settings.rollout_plan import State
 
 
 class RolloutMetrics:

@@ -25,19 +25,19 @@ from sqlalchemy import Engine
 
 from storage import StoreUnavailable
 from storage.rollouts import RolloutConflict, RolloutRecord, RolloutStore
-from worker.config import RolloutConfig
-from worker.metrics import WorkerMetrics
+from worker.base.pending import Batch, Outcome
 from worker.models import Adapter, ClassifierAdapter, ModelRegistry, TextEmbeddingAdapter
 from worker.models.specs import candidate_key
-from worker.pending import Batch, Outcome
+from worker.ops.metrics import WorkerMetrics
 from worker.rollout.begin import begin
 from worker.rollout.compare import Active, Comparer, Role
 from worker.rollout.decide import judge
 from worker.rollout.gates import GateValue, Measures, Pair, evaluate
 from worker.rollout.metrics import RolloutMetrics
-from worker.rollout.plan import Gates, Mode, State
 from worker.rollout.routing import Route, Router
 from worker.rollout.stats import VersionStats
+from worker.settings import RolloutConfig
+from worker.settings.rollout_plan import Gates, Mode, State
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from worker.scheduling.curve import MIN_SAMPLES, RECENT, RateStats, ThroughputCurve, beats
-from worker.scheduling.params import ControllerParams
+from worker.settings.controller_params import ControllerParams
 
 Policy = Literal["adaptive", "naive", "fixed"]
 

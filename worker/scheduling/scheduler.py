@@ -15,16 +15,16 @@ import torch
 from prometheus_client import CollectorRegistry
 
 from consumers.contract import Priority
-from worker.config import SchedulingConfig
-from worker.executor import BatchRun
-from worker.lanes import LANE_ORDER, Lanes, lane_of
+from worker.base.pending import Batch, Pending
+from worker.execution.executor import BatchRun
 from worker.models import ModelRegistry
-from worker.pending import Batch, Pending
 from worker.scheduling.controller import BatchController, Observation
 from worker.scheduling.curve import ThroughputCurve
+from worker.scheduling.lanes import LANE_ORDER, Lanes, lane_of
 from worker.scheduling.metrics import SchedulingMetrics
 from worker.scheduling.probes import BusyWindow, Probe, open_probe
 from worker.scheduling.shares import LaneShares
+from worker.settings import SchedulingConfig
 
 TAIL = 0.95  # the quantile a lane's latency target bounds (as the controller's guard)
 

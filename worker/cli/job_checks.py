@@ -1,0 +1,41 @@
+"""What ``inferlane score`` refuses before it creates a job or opens the database: an
+input that is not a regular file, of an unknown type or without the columns named, and
+a model the registry does not have."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from worker.cli.errors import UsageFailed
+from worker.jobs.params import JobParams
+from worker.jobs.sources import format_of, windows
+
+
+def check_job(params: JobParams, models: Path | None) -> None:
+    """``UsageFailed`` naming the flag and the value at fault, else nothing."""
+    from worker.demo.models import ensure_demo_models
+    from worker.launch import check_registry
+
+    source = params.input
+    if not source.is_file():
+        # A job counts its rows, then reads them, and reads them again when it resumes.
+        raise UsageFailed(
+            f"--input {source} is not a regular file (a job reads its input more than once)",
+            "copy what it holds into a file first",
+        )
+    try:
+        format_of(source)
+    except ValueError as exc:
+        raise UsageFailed(f"--input {exc}") from None
+    try:
+        next(windows(source, 1, start=0, columns=params.columns.names), None)
+    except ValueError as exc:  # a column named that the file does not have
+        raise UsageFailed(
+            f"--input {exc}", "name the columns with --input-column, --id-column, --label-column"
+        ) from None
+    path = models or ensure_demo_models()
+    names = sorted(m.name for m in check_registry(path).models)
+    if params.model not in names:
+        raise UsageFailed(
+            f"--model {params.model!r}: no such model in {path} (it has {', '.join(names)})"
+        )
