@@ -1,4 +1,4 @@
-"""``python -m bench [--quick | --smoke] [--out DIR]``: every scenario, side by side."""
+"""``python -m bench [--quick | --smoke] [--out DIR] [--docs]``: every scenario, side by side."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import functools
 import os
 import platform
 import shlex
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from bench import report
+from bench import docs, report
 from bench.plan import FULL, PLANS, Plan
 from bench.scenarios import (
     ceiling,
@@ -79,6 +80,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "--worker-args", default="", help='extra `inferlane run` flags, e.g. "--max-batch 32"'
     )
     parser.add_argument("--models", default=None, help="comma-separated: digits,minilm")
+    parser.add_argument(
+        "--docs",
+        action="store_true",
+        help="also write the tables into docs/BENCHMARKS.md and README.md (between their "
+        "bench markers) and copy the PNGs into docs/",
+    )
     return parser.parse_args(argv)
 
 
@@ -108,6 +115,18 @@ def _machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
+
+
+def _commit() -> str:
+    """The checkout's commit, ``-dirty`` when it has uncommitted changes."""
+    try:
+        git = ["git", "describe", "--always", "--dirty"]
+        return (
+            subprocess.run(git, cwd=docs.REPO, capture_output=True, text=True).stdout.strip()
+            or "unknown"
+        )
+    except OSError:
+        return "unknown"
 
 
 def _load_avg() -> list[float]:
@@ -225,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only.split(",") if args.only else plan.default_scenarios)
     if unknown := only - set(SCENARIOS):
         raise SystemExit(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    if args.docs:  # the markers are there before an hour's run, not after it
+        docs.check(docs.REPO / "docs", docs.REPO / "README.md")
     args.out.mkdir(parents=True, exist_ok=True)
     ctx = Context(
         plan,
@@ -238,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         "mode": plan.mode,
         "command": shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)]),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "commit": _commit(),
         "torch_threads": args.torch_threads,
         "worker_args": args.worker_args,
         "machine": _machine(),
@@ -265,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         f"wrote {args.out / 'results.json'}, results.png, summary.md in {meta['duration_s']:.0f}s"
     )
+    if args.docs:
+        docs.write(doc, args.out, docs.REPO / "docs", docs.REPO / "README.md")
+        console.print("wrote docs/BENCHMARKS.md's results, its PNGs and README's Performance")
     return 0
 
 

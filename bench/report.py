@@ -1,5 +1,5 @@
 """The run's outputs: ``results.json`` (with ``ratios`` and ``targets``), ``results.png``
-and ``summary.md`` (the tables docs/BENCHMARKS.md quotes)."""
+and ``summary.md`` (the tables ``--docs`` writes into docs/BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -230,16 +230,27 @@ def finite(doc: Any) -> Any:
     return doc
 
 
-def _fmt(value: float | None, digits: int = 1) -> str:
+def fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def header(doc: dict[str, Any]) -> str:
+    """The command, its mode, date and commit, and the machine it ran on."""
+    meta = doc["meta"]
+    machine = meta["machine"]
+    gpu = f"GPU {machine['gpu']}" if machine["gpu"] else "no GPU"
+    return (
+        f"`{meta['command']}` (mode `{meta['mode']}`), {meta['started_at'][:10]}, commit "
+        f"{meta['commit']}, {meta['duration_s']:,.0f} s; {machine['cpu']} "
+        f"({machine['cores']} cores), {gpu}, torch {machine['torch']}"
+    )
 
 
 def markdown(doc: dict[str, Any]) -> str:
     sc, meta = doc["scenarios"], doc["meta"]
     lines = [
-        f"Mode `{meta['mode']}`, {meta['machine']['cpu']} ({meta['machine']['cores']} cores), "
-        f"torch {meta['machine']['torch']}, {meta['torch_threads']} torch threads everywhere; "
-        f"load average {meta['load_avg_start']} at start, {meta['load_avg_end']} at end.",
+        f"{header(doc)}, {meta['torch_threads']} torch threads everywhere; load average "
+        f"{meta['load_avg_start']} at start, {meta['load_avg_end']} at end.",
         "",
         "| model | scenario | throughput (req/s) | p50 ms | p99 ms | peak RSS MiB "
         "| latency basis |",
@@ -248,8 +259,8 @@ def markdown(doc: dict[str, Any]) -> str:
     for model, c in sc["ceiling"].items():
         lines.append(
             f"| {model} | ceiling (batch {c['best_batch']}) | "
-            f"{_fmt(c['throughput_rps'])} | {_fmt(c['p50_ms'], 2)} | "
-            f"{_fmt(c['p99_ms'], 2)} | {_fmt(c['peak_rss_mb'], 0)} | one forward pass |"
+            f"{fmt(c['throughput_rps'])} | {fmt(c['p50_ms'], 2)} | "
+            f"{fmt(c['p99_ms'], 2)} | {fmt(c['peak_rss_mb'], 0)} | one forward pass |"
         )
     rows = [m for group in sc["throughput"].values() for m in group.values()]
     rows += [m for group in sc["priority"].values() for m in group.values()]
@@ -262,18 +273,19 @@ def markdown(doc: dict[str, Any]) -> str:
         if m["scenario"] in ("priority", "sparse_priority"):
             name, basis = f"{m['scenario']}, {m['system']}", "end to end, high lane"
         lines.append(
-            f"| {m['model']} | {name} | {_fmt(m['throughput_rps'])} | "
-            f"{_fmt(m['p50_ms'])} | {_fmt(m['p99_ms'])} | "
-            f"{_fmt(m['peak_rss_mb'], 0)} | {basis} |"
+            f"| {m['model']} | {name} | {fmt(m['throughput_rps'])} | "
+            f"{fmt(m['p50_ms'])} | {fmt(m['p99_ms'])} | "
+            f"{fmt(m['peak_rss_mb'], 0)} | {basis} |"
         )
     lines += ["", "| ratio | value |", "|---|---:|"]
     for group, values in doc["ratios"].items():
         for key, value in values.items():
-            lines.append(f"| {group}.{key} | {_fmt(value, 3)} |")
+            if value is not None:  # a scenario not run; its targets say "not run"
+                lines.append(f"| {group}.{key} | {fmt(value, 3)} |")
     lines += ["", "| target | value | met |", "|---|---:|:---:|"]
     for path, t in doc["targets"].items():
         met = {True: "yes", False: "**no**", None: "not run"}[t["met"]]
-        lines.append(f"| {path} {t['target']} | {_fmt(t['value'], 3)} | {met} |")
+        lines.append(f"| {path} {t['target']} | {fmt(t['value'], 3)} | {met} |")
     return "\n".join(lines) + "\n"
 
 
