@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from bench import docs, report
+from bench.gc_hold import without_full_passes
 from bench.plan import FULL, PLANS, Plan
 from bench.scenarios import (
     ceiling,
@@ -31,7 +32,6 @@ from bench.scenarios import (
     throughput,
 )
 from bench.scenarios.common import Context, Measured
-from worker.execution.gc_schedule import without_full_passes
 
 if TYPE_CHECKING:
     from worker.models import ModelRegistry

@@ -23,7 +23,7 @@ from rich.progress import track
 from rich.table import Table
 
 from consumers.topics import ensure_topics
-from worker.intake.broker import embedded_broker
+from worker.intake.broker import EmbeddedBroker
 
 PARTITIONS = (1, 3)
 WAITS_MS = (5, 50, 250)
@@ -67,7 +67,7 @@ async def latencies_ms(bootstrap: str, topic: str, wait_ms: int, records: int) -
 async def run(records: int) -> list[tuple[int, int, list[float]]]:
     cases = [(p, w) for p in PARTITIONS for w in WAITS_MS]
     out = []
-    with embedded_broker() as broker:
+    with EmbeddedBroker() as broker:
         for partitions, wait_ms in track(cases, description="fetch waits"):
             topic = f"wait-{partitions}-{wait_ms}"
             await ensure_topics(broker.bootstrap, [topic], partitions=partitions)

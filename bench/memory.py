@@ -22,7 +22,7 @@ from bench import workloads
 from bench.kafka_io import TOPICS, ResultsReader, create_topics, publish
 from worker.demo.models import ensure_demo_models
 from worker.facade import Worker
-from worker.intake.broker import embedded_broker
+from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
 from worker.settings import WorkerSettings
 
@@ -30,7 +30,7 @@ from worker.settings import WorkerSettings
 async def _soak(n: int, db: Path, top: int) -> None:
     registry = ModelRegistry.from_toml(ensure_demo_models())
     proc = psutil.Process()
-    with embedded_broker() as broker:
+    with EmbeddedBroker() as broker:
         await create_topics(broker.bootstrap)
         settings = WorkerSettings(bootstrap=broker.bootstrap, database_url=f"sqlite:///{db}")
         await publish(broker.bootstrap, TOPICS.normal, workloads.records("digits", n, prefix="mem"))

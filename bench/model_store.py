@@ -29,10 +29,11 @@ from pathlib import Path
 import torch
 from prometheus_client import CollectorRegistry
 
+from bench.measure import rss_bytes
 from worker.demo.copies import COPY_PREFIX, write_copies
 from worker.launch import tune_process
 from worker.models import ModelRegistry
-from worker.models.measure import rss_bytes, tensor_bytes
+from worker.models.measure import tensor_bytes
 from worker.settings import ModelStoreConfig, WorkerSettings
 
 MODELS = 8

@@ -29,10 +29,10 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import func, select
 
+from bench.rollout_models import ensure_rollout_models
 from consumers.client import InferlaneClient
 from storage.rollouts import RolloutEvent, RolloutRecord, RolloutStore
 from storage.schema import inference_results
-from worker.demo.models import ensure_rollout_models
 from worker.demo.workload import digits_requests
 from worker.facade import Worker
 from worker.intake.broker import EmbeddedBroker

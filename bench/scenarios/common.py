@@ -17,7 +17,7 @@ import orjson
 from bench.kafka_io import ResultsReader, create_topics
 from bench.plan import Plan
 from bench.procs import Service, inferlane_command
-from worker.intake.broker import embedded_broker
+from worker.intake.broker import EmbeddedBroker
 
 # Latency bases, named in every result so that no two are compared by mistake.
 SERVER = "server: record received by the consumer -> result ready (latency_ms.total)"
@@ -128,7 +128,7 @@ async def on_fresh_broker(
     """A fresh embedded broker with the bench topics, a reader of its results topic,
     and the system under test, ``command(bootstrap)``, as a subprocess logging to
     ``log``: (bootstrap, reader, service). The reader's arrivals outlive the block."""
-    with embedded_broker() as broker:
+    with EmbeddedBroker() as broker:
         await create_topics(broker.bootstrap)
         reader = await ResultsReader(broker.bootstrap).start()
         try:

@@ -12,8 +12,9 @@ import torch
 from prometheus_client import CollectorRegistry
 from torch import nn
 
+from bench.measure import rss_bytes
 from worker.models import Adapter, LoadedModel, ModelRegistry, ModelSpec, load_model
-from worker.models.measure import rss_bytes, tensor_bytes
+from worker.models.measure import tensor_bytes
 from worker.models.tiers import Tier
 from worker.settings import ModelStoreConfig
 

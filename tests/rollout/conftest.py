@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.demo.models import ensure_rollout_models
+from bench.rollout_models import ensure_rollout_models
 
 
 @pytest.fixture(scope="session")

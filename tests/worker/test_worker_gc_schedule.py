@@ -9,7 +9,8 @@ import weakref
 
 from prometheus_client import CollectorRegistry
 
-from worker.execution.gc_schedule import GcSchedule, without_full_passes
+from bench.gc_hold import without_full_passes
+from worker.execution.gc_schedule import GcSchedule
 from worker.settings import GcConfig
 
 

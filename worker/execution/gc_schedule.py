@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import gc
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -34,7 +33,8 @@ _holders = 0
 _saved: tuple[int, int, int] | None = None
 
 
-def _rule_off() -> None:
+def hold_full_passes() -> None:
+    """CPython's rule for full passes off, until as many ``release_full_passes``."""
     global _holders, _saved
     if _holders == 0:
         _saved = gc.get_threshold()
@@ -43,23 +43,11 @@ def _rule_off() -> None:
     _holders += 1
 
 
-def _rule_back() -> None:
+def release_full_passes() -> None:
     global _holders
     _holders -= 1
     if _holders == 0 and _saved is not None:
         gc.set_threshold(*_saved)
-
-
-@contextlib.contextmanager
-def without_full_passes() -> Iterator[None]:
-    """Freeze what exists now; no full pass runs unless asked for, until the block ends."""
-    gc.collect()
-    gc.freeze()
-    _rule_off()
-    try:
-        yield
-    finally:
-        _rule_back()
 
 
 class GcSchedule:
@@ -84,7 +72,7 @@ class GcSchedule:
         gc.callbacks.append(self._timed)
         if self._every_s is None:
             return
-        _rule_off()
+        hold_full_passes()
         self._task = asyncio.create_task(self._full_passes(), name="inferlane-gc")
 
     async def stop(self) -> None:
@@ -95,7 +83,7 @@ class GcSchedule:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-            _rule_back()
+            release_full_passes()
 
     async def _full_passes(self) -> None:
         assert self._every_s is not None

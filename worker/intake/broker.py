@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -130,9 +129,3 @@ def _die_with_parent() -> None:
     with contextlib.suppress(OSError, AttributeError):
         pr_set_pdeathsig = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
-@contextlib.contextmanager
-def embedded_broker(port: int = 0) -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker(port=port) as broker:
-        yield broker

@@ -1,4 +1,4 @@
-"""Measuring what a model really holds: its tensors' bytes, process RSS, and freeing.
+"""Measuring what a model really holds: its tensors' bytes, and freeing.
 
 Charges are measured, not declared: the bytes of every distinct tensor storage the
 module reaches (parameters, buffers, constants), plus on CUDA the workspace its warm-up
@@ -10,19 +10,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import linecache
-import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
-
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-
-
-def rss_bytes() -> int:
-    """Resident set size of this process, from /proc (no psutil call on the hot path)."""
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * _PAGE_BYTES
 
 
 def tensor_bytes(module: Any) -> int:
