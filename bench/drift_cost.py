@@ -19,11 +19,10 @@ from pydantic import JsonValue
 
 from consumers.contract import InferenceRequest, Priority
 from consumers.records import RawRecord, SourceRef
-from worker.base.pending import Batch, ItemResult, Pending
+from worker.base.pending import Batch, BatchRun, ItemResult, Pending
 from worker.delivery.outcomes import completed
 from worker.drift.accumulate import WindowAccumulator
 from worker.drift.observe import observe
-from worker.execution.executor import BatchRun
 from worker.models import ClassifierAdapter
 
 

@@ -33,11 +33,11 @@ from sqlalchemy import text
 from bench import jobs_minilm, jobs_scaleout
 from storage import ResultStore, make_engine
 from storage.jobs import JobStore
+from worker.cli.registry import load_registry
 from worker.demo.models import digits_test_set
 from worker.jobs.local import LocalJob
 from worker.jobs.outputs import parts_dir
 from worker.jobs.params import NUMERIC_WINDOW_ROWS, JobParams
-from worker.launch import load_registry
 from worker.models import ModelRegistry
 
 

@@ -29,14 +29,14 @@ from consumers.records import RawRecord
 from consumers.topics import ensure_topics
 from storage import ResultStore
 from storage.write_process import WriterProcess
-from worker.base.pending import Batch, Outcome
+from worker.base.pending import Batch, BatchRun, Outcome
 from worker.delivery.completion import CompletionQueue
 from worker.delivery.outcomes import completed, expired
 from worker.delivery.sink import INLINE_RECORDS, Sink
 from worker.delivery.stage import Delivery
 from worker.drift.runtime import Drift
 from worker.execution.cuda_lanes import CudaLaneExecutor
-from worker.execution.executor import BatchRun, Executor, ThreadExecutor
+from worker.execution.executor import Executor, ThreadExecutor
 from worker.execution.gc_schedule import GcSchedule
 from worker.intake.admission import Admission
 from worker.intake.backpressure import bulk_fetches_slow, bulk_room, paused_topics

@@ -14,12 +14,11 @@ from bench.drift_cost import digits_batch
 from storage import ResultStore
 from storage.drift_windows import read_flags, read_windows
 from storage.reference_checks import deviant_checks
-from worker.base.pending import ItemResult
+from worker.base.pending import BatchRun, ItemResult
 from worker.delivery.outcomes import completed
 from worker.drift.metrics import DriftMetrics
 from worker.drift.reference import deviation, sampled
 from worker.drift.tracker import DriftTracker
-from worker.execution.executor import BatchRun
 from worker.models import ClassifierAdapter, ModelRegistry
 from worker.settings.drift_thresholds import DriftThresholds
 

@@ -11,9 +11,9 @@ import torch
 from pipeline_factories import classifier, pending
 
 from consumers.contract import Priority
-from worker.base.pending import Batch
+from worker.base.pending import Batch, BatchRun
 from worker.execution.cuda_lanes import CudaLaneExecutor
-from worker.execution.executor import BatchRun, Executor, ThreadExecutor
+from worker.execution.executor import Executor, ThreadExecutor
 from worker.models import LoadedModel
 from worker.scheduling.lanes import LANE_ORDER
 from worker.scheduling.probes import NvmlProbe, open_probe

@@ -8,8 +8,7 @@ from pipeline_factories import pending
 from prometheus_client import CollectorRegistry
 
 from consumers.contract import Priority
-from worker.base.pending import Batch, ItemResult
-from worker.execution.executor import BatchRun
+from worker.base.pending import Batch, BatchRun, ItemResult
 from worker.models import ModelRegistry
 from worker.scheduling.controller import START_CAP
 from worker.scheduling.lanes import Lanes

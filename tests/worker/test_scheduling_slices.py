@@ -8,9 +8,9 @@ from pipeline_factories import record
 from prometheus_client import CollectorRegistry
 
 from consumers.contract import InferenceRequest, Priority
-from worker.base.pending import Batch, ItemResult, Pending
+from worker.base.pending import Batch, BatchRun, ItemResult, Pending
 from worker.demo.workload import digits_requests
-from worker.execution.executor import BatchRun, run_batch
+from worker.execution.executor import run_batch
 from worker.models import ModelRegistry
 from worker.scheduling.batcher import Batcher
 from worker.scheduling.lanes import LANE_ORDER, Lanes

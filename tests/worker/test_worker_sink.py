@@ -17,10 +17,9 @@ from consumers.egress import Egress
 from storage import ResultStore, result_counts
 from storage.schema import consumer_offsets, inference_results
 from storage.write_process import WriterProcess
-from worker.base.pending import Outcome
+from worker.base.pending import Labelled, Outcome
 from worker.delivery.sink import RowWriter, Sink
 from worker.intake.broker import EmbeddedBroker
-from worker.models.adapters import Labelled
 from worker.settings import SinkConfig
 
 RESULTS, DLQ = "inferlane.results", "inferlane.requests.dlq"

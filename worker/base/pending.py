@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 from pydantic import JsonValue
 
 from consumers.contract import ErrorInfo, InferenceRequest, InferenceResult, Priority
 from consumers.records import DeadLetter, RawRecord
-
-if TYPE_CHECKING:
-    from worker.models.adapters import Labelled
 
 _batch_ids = itertools.count(1)
 
@@ -65,6 +62,31 @@ class ItemResult:
     outputs: JsonValue = None
     error: ErrorInfo | None = None
     expired: bool = False
+
+
+@dataclass(slots=True)
+class BatchRun:
+    """What the executor says of one batch: one result per item, and when and how long
+    it computed."""
+
+    results: list[ItemResult]
+    model_version: str | None
+    started_s: float  # monotonic
+    compute_s: float
+
+
+class Labelled(NamedTuple):
+    """One row of the drift log: what the model said, the label, and how wrong it was.
+
+    Regressor: the number, the expected number, ``output - expected``. Classifier: the
+    predicted class, the true class, and 1.0 if they differ else 0.0 (so a mean error is
+    the error rate). Text embedding: the cosine distance to the expected vector, 0.0,
+    the cosine distance.
+    """
+
+    output: float
+    expected: float
+    error: float
 
 
 @dataclass(slots=True)

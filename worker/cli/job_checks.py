@@ -13,8 +13,8 @@ from worker.jobs.sources import format_of, windows
 
 def check_job(params: JobParams, models: Path | None) -> None:
     """``UsageFailed`` naming the flag and the value at fault, else nothing."""
+    from worker.cli.registry import check_registry
     from worker.demo.models import ensure_demo_models
-    from worker.launch import check_registry
 
     source = params.input
     if not source.is_file():

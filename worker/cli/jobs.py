@@ -176,10 +176,10 @@ def _compare(name: str, params: object, url: str) -> None:
 
 def _run_local(name: str, params: object, url: str, models: Path | None, overwrite: bool) -> None:
     from storage import ResultStore
+    from worker.cli.registry import load_registry
     from worker.jobs.liveness import JobFailed
     from worker.jobs.local import JobError, LocalJob, OutputExists
     from worker.jobs.params import JobParams
-    from worker.launch import load_registry
 
     assert isinstance(params, JobParams)
     registry = load_registry(models)
@@ -256,10 +256,10 @@ def _publish(
     name: str, params: object, url: str, bootstrap: str | None, models: Path | None
 ) -> None:
     from storage import ResultStore
+    from worker.cli.registry import load_registry
     from worker.jobs.distributed import errors_file, publish
     from worker.jobs.liveness import JobFailed
     from worker.jobs.params import JobParams
-    from worker.launch import load_registry
 
     assert isinstance(params, JobParams)
     if bootstrap is None:

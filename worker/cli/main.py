@@ -119,7 +119,8 @@ def run(
     HTTP on port 9400 by default: /metrics, /healthz, /readyz and a status page at /."""
     from consumers.broker_check import require_broker
     from storage import redacted_url
-    from worker.launch import load_registry, serve, tune_process, with_broker
+    from worker.cli.registry import load_registry
+    from worker.launch import serve, tune_process, with_broker
     from worker.ops.logs import configure
 
     _terminate_like_ctrl_c()
@@ -240,8 +241,9 @@ def demo(
 
     Then a report, and the commands that query what it wrote."""
     from storage import redacted_url
+    from worker.cli.registry import load_registry
     from worker.demo.run import render, run_demo, workload
-    from worker.launch import load_registry, with_broker
+    from worker.launch import with_broker
 
     url = database or DEMO_DATABASE
     settings = _settings(

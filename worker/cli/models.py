@@ -34,8 +34,8 @@ Registry = Annotated[
 
 
 def _open(registry: Path | None) -> ModelRegistry:
+    from worker.cli.registry import check_registry
     from worker.demo.models import ensure_demo_models
-    from worker.launch import check_registry
     from worker.models.registry import ModelRegistry
 
     path = registry if registry is not None else ensure_demo_models()

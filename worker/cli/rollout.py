@@ -188,7 +188,7 @@ def _store(database: str | None) -> Iterator[RolloutStore]:
 
 def _registry(models: Path | None) -> RegistryFile:
     """The registry the worker serves: ``--models``, else its setting, else the demo."""
-    from worker.launch import read_registry
+    from worker.cli.registry import read_registry
     from worker.settings import WorkerSettings
 
     path = models or WorkerSettings().models

@@ -14,10 +14,8 @@ from consumers.contract import (
 )
 from consumers.errors import BadInput, Expired, InferlaneError, ReplyToNotAllowed
 from consumers.records import DeadLetter, RawRecord
-from worker.base.pending import Batch, Outcome, Pending
-from worker.execution.executor import BatchRun
+from worker.base.pending import Batch, BatchRun, Labelled, Outcome, Pending
 from worker.models import Adapter
-from worker.models.adapters import Labelled
 
 
 def _ms(seconds: float) -> float:

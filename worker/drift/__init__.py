@@ -1,5 +1,2 @@
-"""Drift: windows per model version, references, flags, late labels, and their CLI.
-
-Kept free of imports so that ``worker.settings`` and the registry specs can import
-``worker.settings.drift_thresholds`` without pulling in the worker.
-"""
+"""Drift: windows per model version, references, flags, late labels, and the views the
+``inferlane drift`` commands print."""

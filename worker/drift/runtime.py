@@ -10,12 +10,11 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from worker.base.pending import Batch, Outcome
+from worker.base.pending import Batch, Labelled, Outcome
 from worker.drift.labels import LabelJoiner
 from worker.drift.metrics import DriftMetrics
 from worker.drift.tracker import DriftTracker
 from worker.models import ModelRegistry
-from worker.models.adapters import Labelled
 from worker.ops.metrics import WorkerMetrics
 from worker.settings import WorkerSettings
 from worker.settings.drift_thresholds import DriftThresholds

@@ -34,9 +34,9 @@ from prometheus_client import CollectorRegistry
 from pydantic import JsonValue
 
 from consumers.contract import Priority
-from worker.base.pending import Batch
+from worker.base.pending import Batch, BatchRun
 from worker.execution.compute_threads import Overrun, Supervised
-from worker.execution.executor import BatchRun, SupervisedExecutor, run_batch, timeouts
+from worker.execution.executor import SupervisedExecutor, run_batch, timeouts
 from worker.execution.host_buffers import HostBuffers
 from worker.models import LoadedModel, ModelRegistry
 from worker.models.model import to_device

@@ -24,7 +24,6 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -34,7 +33,7 @@ from pydantic import JsonValue
 
 from consumers.contract import ErrorInfo, Priority
 from consumers.errors import InferlaneError, ModelFailed, ModelTimeout
-from worker.base.pending import Batch, ItemResult
+from worker.base.pending import Batch, BatchRun, ItemResult
 from worker.execution.compute_threads import (
     WATCH_PERIOD_S,
     HungThreads,
@@ -49,14 +48,6 @@ from worker.scheduling.yield_to_high import YieldToHigh
 from worker.settings import ComputeConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class BatchRun:
-    results: list[ItemResult]
-    model_version: str | None
-    started_s: float  # monotonic
-    compute_s: float
 
 
 class Executor(ABC):

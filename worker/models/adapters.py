@@ -10,7 +10,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 import orjson
@@ -19,20 +19,7 @@ from pydantic import JsonValue
 from tokenizers import Tokenizer
 
 from consumers.errors import BadInput, BadLabel, ModelFailed, NonFiniteOutput
-
-
-class Labelled(NamedTuple):
-    """One row of the drift log: what the model said, the label, and how wrong it was.
-
-    Regressor: the number, the expected number, ``output - expected``. Classifier: the
-    predicted class, the true class, and 1.0 if they differ else 0.0 (so a mean error is
-    the error rate). Text embedding: the cosine distance to the expected vector, 0.0,
-    the cosine distance.
-    """
-
-    output: float
-    expected: float
-    error: float
+from worker.base.pending import Labelled
 
 
 class Adapter(ABC):

@@ -1,1 +1,2 @@
-"""Operations: the worker's HTTP surface (metrics, health, readiness, status page) and logs."""
+"""Operations: the worker's metrics, its HTTP surface (metrics, health, readiness, status
+page), logs and GPU readings."""

@@ -1,6 +1,6 @@
-"""The scheduler: batch controller, utilization probes, lane shares, deadlines, slices.
+"""Scheduling: the lanes, the batcher, the batch controller and its probes, the lane
+shares, deadlines, slices and the yield to high requests.
 
 Deciders here are pure (measurements and a clock reading in, decisions out); the
-``Scheduler`` object wires them to the worker. Kept import-free so that the model
-registry's spec can use ``ControllerParams`` without a cycle.
+``Scheduler`` object wires them to the worker.
 """

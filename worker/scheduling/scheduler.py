@@ -15,8 +15,7 @@ import torch
 from prometheus_client import CollectorRegistry
 
 from consumers.contract import Priority
-from worker.base.pending import Batch, Pending
-from worker.execution.executor import BatchRun
+from worker.base.pending import Batch, BatchRun, Pending
 from worker.models import ModelRegistry
 from worker.scheduling.controller import BatchController, Observation
 from worker.scheduling.curve import ThroughputCurve
