@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
@@ -89,6 +89,22 @@ class InferenceResult(BaseModel):
     batch_size: int = 0
     latency_ms: Latency
     metadata: dict[str, Json] | None = None
+
+
+class StreamChunk(BaseModel):
+    """A piece of a generative request's text, keyed by its request id on the topic its
+    result goes to, before that result. The chunks of a request, in ``seq`` order,
+    concatenate to the result's ``outputs.text``; a replayed request sends the same
+    chunks again, so a consumer deduplicates by (``request_id``, ``seq``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["chunk"] = "chunk"  # what tells a chunk from a result on the topic
+    request_id: str
+    model: str
+    seq: int  # 0, 1, 2, ... per request
+    text: str
+    tokens: int  # tokens generated so far, this chunk's included
 
 
 class DeadLetterHeaders:

@@ -13,12 +13,13 @@ from storage.queries import (
     drift_summary,
     result_counts,
 )
-from storage.records import DriftRow, OffsetRow, ResultRow
+from storage.records import DriftRow, GenerationRow, OffsetRow, ResultRow
 from storage.writer import ResultStore
 
 __all__ = [
     "DriftRow",
     "DriftSummary",
+    "GenerationRow",
     "OffsetRow",
     "ResultRow",
     "ResultStore",

@@ -44,6 +44,25 @@ class DriftRow:
 
 
 @dataclass(frozen=True, slots=True)
+class GenerationRow:
+    """A generative request's final text and timings: a row of ``generations``.
+    ``exact_match`` and ``f1`` are set when the request carried expected text."""
+
+    request_id: str
+    model: str
+    model_version: str | None
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    generated_tokens: int
+    ttft_ms: float | None  # from receipt by the worker to the first token
+    tpot_ms: float | None  # mean time per output token after the first
+    exact_match: bool | None
+    f1: float | None
+    created_at: datetime  # UTC, timezone-aware
+
+
+@dataclass(frozen=True, slots=True)
 class OffsetRow:
     """The next offset to consume in a partition (Kafka commit semantics)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Double,
@@ -64,6 +65,25 @@ inference_log = Table(
     Column("output", Double, nullable=False),
     Column("expected", Double, nullable=False),
     Column("error", Double, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index(None, "model", "created_at"),
+)
+
+# One row per generative request (migration 0006): its text, token counts and timings.
+generations = Table(
+    "generations",
+    metadata,
+    Column("request_id", String(128), primary_key=True),
+    Column("model", String(255), nullable=False),
+    Column("model_version", String(128)),
+    Column("text", Text, nullable=False),
+    Column("finish_reason", String(16), nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("generated_tokens", Integer, nullable=False),
+    Column("ttft_ms", Double),
+    Column("tpot_ms", Double),
+    Column("exact_match", Boolean),
+    Column("f1", Double),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index(None, "model", "created_at"),
 )

@@ -10,16 +10,17 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.functions import Function
 
-from storage.schema import consumer_offsets, inference_log, inference_results
+from storage.schema import consumer_offsets, generations, inference_log, inference_results
 
 
 @dataclass(frozen=True, slots=True)
 class Upserts:
-    """The writer's three statements, built once per engine."""
+    """The writer's statements, built once per engine."""
 
     results: Insert
     drift: Insert
     offsets: Insert
+    generations: Insert
 
 
 def build_upserts(dialect_name: str) -> Upserts:
@@ -29,6 +30,7 @@ def build_upserts(dialect_name: str) -> Upserts:
         drift=upsert(inference_log, dialect_name),
         # A late or replayed batch must not move the resume point backwards.
         offsets=upsert(consumer_offsets, dialect_name, keep_max="next_offset"),
+        generations=upsert(generations, dialect_name),
     )
 
 

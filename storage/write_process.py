@@ -26,7 +26,7 @@ from types import TracebackType
 
 from storage.engine import in_memory_sqlite
 from storage.errors import RowsRefused, StoreUnavailable
-from storage.records import DriftRow, OffsetRow, ResultRow
+from storage.records import DriftRow, GenerationRow, OffsetRow, ResultRow
 from storage.writer import ResultStore, WriteValues
 
 log = logging.getLogger(__name__)
@@ -53,9 +53,14 @@ class WriterProcess:
         self._child: tuple[multiprocessing.process.BaseProcess, Connection] | None = None
 
     def write(
-        self, results: Sequence[ResultRow], drift: Sequence[DriftRow], offsets: Sequence[OffsetRow]
+        self,
+        results: Sequence[ResultRow],
+        drift: Sequence[DriftRow],
+        offsets: Sequence[OffsetRow],
+        *,
+        generations: Sequence[GenerationRow] = (),
     ) -> None:
-        values = self._store.values(results, drift, offsets)
+        values = self._store.values(results, drift, offsets, generations)
         if not values:
             return
         with self._lock:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import attrgetter
 from types import TracebackType
@@ -15,7 +15,7 @@ from storage.bulk import BulkStatement
 from storage.engine import begin_write, make_engine
 from storage.errors import classified_errors
 from storage.migrate import upgrade
-from storage.records import DriftRow, OffsetRow, ResultRow
+from storage.records import DriftRow, GenerationRow, OffsetRow, ResultRow
 from storage.schema import consumer_offsets
 from storage.upserts import build_upserts
 
@@ -34,9 +34,11 @@ class ResultStore:
         dialect = self._engine.dialect
         self._results = BulkStatement.compile(self._upserts.results, dialect)
         self._drift = BulkStatement.compile(self._upserts.drift, dialect)
+        self._generations = BulkStatement.compile(self._upserts.generations, dialect)
         # Rows are dataclasses named like the columns: read them in parameter order.
         self._result_values = attrgetter(*self._results.columns)
         self._drift_values = attrgetter(*self._drift.columns)
+        self._generation_values = attrgetter(*self._generations.columns)
         if migrate:
             with classified_errors():
                 upgrade(self._engine)
@@ -52,16 +54,22 @@ class ResultStore:
         drift: Sequence[DriftRow],
         offsets: Sequence[OffsetRow],
         also: Callable[[Connection], None] | None = None,
+        *,
+        generations: Sequence[GenerationRow] = (),
     ) -> None:
         """Upsert everything in one transaction: all of it is durable, or none of it.
 
         ``also`` runs last in that transaction (a job's checkpoint); if it raises, the
         whole write rolls back.
         """
-        self.write_values(self.values(results, drift, offsets), also)
+        self.write_values(self.values(results, drift, offsets, generations), also)
 
     def values(
-        self, results: Sequence[ResultRow], drift: Sequence[DriftRow], offsets: Sequence[OffsetRow]
+        self,
+        results: Sequence[ResultRow],
+        drift: Sequence[DriftRow],
+        offsets: Sequence[OffsetRow],
+        generations: Sequence[GenerationRow] = (),
     ) -> WriteValues:
         """The parameters of one write, as plain tuples: what ``write_values`` takes,
         here or in another process (``storage.write_process``)."""
@@ -70,10 +78,12 @@ class ResultStore:
         # PostgreSQL refuses to update the same row twice in one statement.
         latest = {row.request_id: row for row in results}
         latest_drift = {row.request_id: row for row in drift}
+        latest_generations = {row.request_id: row for row in generations}
         return WriteValues(
             list(map(self._result_values, latest.values())),
             list(map(self._drift_values, latest_drift.values())),
             _offset_params(offsets),
+            list(map(self._generation_values, latest_generations.values())),
         )
 
     def write_values(
@@ -88,6 +98,8 @@ class ResultStore:
                 self._results.execute(conn, values.results)
             if values.drift:
                 self._drift.execute(conn, values.drift)
+            if values.generations:
+                self._generations.execute(conn, values.generations)
             if values.offsets:
                 conn.execute(self._upserts.offsets, values.offsets)
             if also is not None:
@@ -124,9 +136,10 @@ class WriteValues:
     results: list[tuple[Any, ...]]
     drift: list[tuple[Any, ...]]
     offsets: list[dict[str, Any]]
+    generations: list[tuple[Any, ...]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.results or self.drift or self.offsets)
+        return bool(self.results or self.drift or self.offsets or self.generations)
 
 
 def _offset_params(rows: Sequence[OffsetRow]) -> list[dict[str, Any]]:

@@ -29,8 +29,10 @@ from consumers.records import RawRecord
 from consumers.topics import ensure_topics
 from storage import ResultStore
 from storage.write_process import WriterProcess
-from worker.base.pending import Batch, BatchRun, Outcome
+from worker.base.pending import Batch, BatchRun, Outcome, Pending
+from worker.delivery.chunks import ChunkPublisher
 from worker.delivery.completion import CompletionQueue
+from worker.delivery.generated import Streams
 from worker.delivery.outcomes import completed, expired
 from worker.delivery.sink import INLINE_RECORDS, Sink
 from worker.delivery.stage import Delivery
@@ -38,6 +40,7 @@ from worker.drift.runtime import Drift
 from worker.execution.cuda_lanes import CudaLaneExecutor
 from worker.execution.executor import Executor, ThreadExecutor
 from worker.execution.gc_schedule import GcSchedule
+from worker.execution.generative.stage import GenerationStage
 from worker.intake.admission import Admission
 from worker.intake.backpressure import bulk_fetches_slow, bulk_room, paused_topics
 from worker.intake.inflight import InFlight
@@ -108,6 +111,9 @@ class Worker:
             patience_s=settings.batching.swap_patience_s,
             riders=not preempts,
         )
+        # Generative models run on their engines, which apply the lanes at every step.
+        self._generation = GenerationStage(registry, settings.scheduling.lane_shares())
+        self._streams: Streams | None = None  # made in start(): it needs the producers
         self._tracker = OffsetTracker()
         topics, kafka = settings.topics, settings.kafka
         self._lane_of_topic = topics.lane_topics()
@@ -222,6 +228,13 @@ class Worker:
         )
         await self._egress.start()
         await self._urgent_egress.start()
+        chunks = ChunkPublisher(
+            egress=self._egress,
+            urgent_egress=self._urgent_egress,
+            results_topic=s.topics.results,
+            config=s.sink,
+        )
+        self._streams = Streams(chunks, self._registry.adapter, self._generated)
         await self._ingress.start(self._on_assigned, self._on_revoked)
         self._failed = asyncio.get_running_loop().create_future()
         self._executor.fail_into(self._failed)  # too many hung models: exit, get restarted
@@ -292,6 +305,9 @@ class Worker:
             await _bounded(deadline, "drain", self._until_settled())
         self._closed = True
         await _cancelled(self._tasks, deadline)
+        await _bounded(deadline, "the generative engines", self._generation.stop())
+        if self._streams is not None:
+            await _bounded(deadline, "the streamed chunks", self._streams.stop())
         if self._delivery is not None:
             await _bounded(deadline, "the SQL write", self._delivery.finish_write())
             await _bounded(deadline, "the offset commit", self._delivery.commit_now())
@@ -381,7 +397,10 @@ class Worker:
             + sum(r.priority == Priority.HIGH for r in ended)
         )
         for pending in admitted.pending:
-            self._lanes.push(pending)
+            if self._generation.serves(pending) and self._streams is not None:
+                self._generation.submit(pending, self._streams)
+            else:
+                self._lanes.push(pending)
         self._finish(admitted.ended)
         self._wake.set()
 
@@ -486,6 +505,12 @@ class Worker:
             self._rollouts.observe(batch, outcomes)
         self._sample_input(batch, outcomes)
         self._finish(outcomes)
+
+    def _generated(self, pending: Pending, outcome: Outcome) -> None:
+        """A generative request's end, its chunks already on Kafka."""
+        if self._drift is not None:
+            self._drift.observe(Batch(pending.model, [pending], time.monotonic()), [outcome])
+        self._finish([outcome])
 
     def _sample_input(self, batch: Batch, outcomes: list[Outcome]) -> None:
         """One served input per batch: a later load checks an optimization on it too."""

@@ -10,6 +10,7 @@ from pydantic import JsonValue
 
 from consumers.contract import ErrorInfo, InferenceRequest, InferenceResult, Priority
 from consumers.records import DeadLetter, RawRecord
+from worker.base.generation import GenerationStats
 
 _batch_ids = itertools.count(1)
 
@@ -99,3 +100,4 @@ class Outcome:
     drift: Labelled | None = None  # (output, expected, error) for the drift log
     batch_id: str | None = None
     reply_to: str | None = None  # results topic named by the request
+    generation: GenerationStats | None = None  # a generative request's row

@@ -29,7 +29,14 @@ from aiokafka.errors import KafkaError
 from consumers.egress import Egress, OutRecord, Refused
 from consumers.offsets import TopicPartitionKey
 from consumers.records import DeadLetter
-from storage import DriftRow, OffsetRow, ResultRow, RowsRefused, StoreUnavailable
+from storage import (
+    DriftRow,
+    GenerationRow,
+    OffsetRow,
+    ResultRow,
+    RowsRefused,
+    StoreUnavailable,
+)
 from worker.base.pending import Outcome
 from worker.delivery.refusals import Refusals
 from worker.settings import SinkConfig
@@ -48,7 +55,12 @@ class RowWriter(Protocol):
     transaction per call, raising ``StoreUnavailable`` or ``RowsRefused``."""
 
     def write(
-        self, results: Sequence[ResultRow], drift: Sequence[DriftRow], offsets: Sequence[OffsetRow]
+        self,
+        results: Sequence[ResultRow],
+        drift: Sequence[DriftRow],
+        offsets: Sequence[OffsetRow],
+        *,
+        generations: Sequence[GenerationRow] = (),
     ) -> None: ...
 
 
@@ -152,8 +164,8 @@ class Sink:
 
     def _write_rows(self, outcomes: Sequence[Outcome], positions: list[OffsetRow]) -> None:
         # Runs in a thread: building the rows is per-record work too.
-        results, drift = _rows(outcomes)
-        self._store.write(results, drift, positions)
+        results, drift, generations = _rows(outcomes)
+        self._store.write(results, drift, positions, generations=generations)
 
     async def _retry(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         delay = self._config.retry_backoff_s
@@ -172,9 +184,11 @@ def _request_id(outcome: Outcome) -> str:
     return f"record {tuple(outcome.record.source)}"
 
 
-def _rows(outcomes: Sequence[Outcome]) -> tuple[list[ResultRow], list[DriftRow]]:
+def _rows(
+    outcomes: Sequence[Outcome],
+) -> tuple[list[ResultRow], list[DriftRow], list[GenerationRow]]:
     now = datetime.now(UTC)
-    results, drift = [], []
+    results, drift, generations = [], [], []
     for o in outcomes:
         r = o.result
         if r is None:
@@ -206,4 +220,22 @@ def _rows(outcomes: Sequence[Outcome]) -> tuple[list[ResultRow], list[DriftRow]]
             drift.append(
                 DriftRow(r.request_id, r.model, r.model_version, output, expected, error, now)
             )
-    return results, drift
+        g = o.generation
+        if g is not None:
+            generations.append(
+                GenerationRow(
+                    r.request_id,
+                    r.model,
+                    r.model_version,
+                    g.text,
+                    g.finish_reason,
+                    g.prompt_tokens,
+                    g.generated_tokens,
+                    g.ttft_ms,
+                    g.tpot_ms,
+                    g.exact_match,
+                    g.f1,
+                    now,
+                )
+            )
+    return results, drift, generations

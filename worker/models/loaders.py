@@ -22,6 +22,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from worker.models.adapters import Adapter
+from worker.models.generative import GenerativeAdapter
 from worker.models.model import LoadedModel
 from worker.models.specs import ModelSpec, refuse_world_writable
 
@@ -170,6 +171,10 @@ LOADERS: dict[str, Callable[[ModelSpec], Callable[..., Any]]] = {
 
 def load_model(spec: ModelSpec, device: torch.device, adapter: Adapter) -> LoadedModel:
     """Load ``spec``'s weights onto ``device``; ``adapter`` is ``spec.adapter.build()``."""
+    if isinstance(adapter, GenerativeAdapter):
+        from worker.models.generative_model import load_generative  # imports transformers
+
+        return load_generative(spec, device, adapter)
     module = LOADERS[spec.format](spec)
     if isinstance(module, nn.Module):
         module = module.to(device)

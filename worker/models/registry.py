@@ -175,6 +175,11 @@ class ModelRegistry:
         """The model on the device: done when it is there, else its single-flight load."""
         return self._store.ensure(name)
 
+    def reserve(self, name: str, extra_bytes: int) -> None:
+        """Charge ``extra_bytes`` more to ``name`` on the device tier (see the store's
+        ``reserve``); waits until room is made."""
+        self._store.reserve(name, extra_bytes).result()
+
     def get(self, name: str) -> LoadedModel:
         """The model on the device, loaded if needed (the executor's ``resolve``)."""
         return self._store.get(name)

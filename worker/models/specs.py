@@ -82,8 +82,35 @@ class TextEmbeddingConfig(_Config):
         return TextEmbeddingAdapter(self.tokenizer, self.max_tokens, self.max_chars)
 
 
+class GenerativeConfig(_Config):
+    """A causal LM from a Hugging Face directory (``format = "hf"``), served on the
+    generative engine (docs/GENERATIVE.md)."""
+
+    kind: Literal["generative"]
+    max_context: Annotated[int, Field(ge=2)] | None = None  # None: the model's positions
+    max_new_tokens: Annotated[int, Field(ge=1)] = 256  # the most a request may ask
+    default_max_new_tokens: Annotated[int, Field(ge=1)] = 64
+    max_prompt_chars: Annotated[int, Field(ge=1)] = 100_000
+    kv_cache_bytes: Annotated[int, Field(ge=1)] = 64 * 2**20
+    page_size: Annotated[int, Field(ge=4)] = 32
+    max_batch_tokens: Annotated[int, Field(ge=16)] = 256
+    chunk_tokens: Annotated[int, Field(ge=1)] = 8
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    _model_dir: Path | None = PrivateAttr(default=None)  # the spec's path, set by ModelSpec
+
+    def build(self) -> Adapter:
+        # Imports transformers (seconds): only a registry with a generative model pays.
+        from worker.models.generative import GenerativeAdapter, GenerativeLimits
+
+        if self._model_dir is None:
+            raise ValueError("a generative adapter reads its model's folder: build its ModelSpec")
+        limits = GenerativeLimits(**self.model_dump(exclude={"kind"}))
+        return GenerativeAdapter(self._model_dir, limits)
+
+
 AdapterConfig = Annotated[
-    ClassifierConfig | RegressorConfig | TextEmbeddingConfig, Field(discriminator="kind")
+    ClassifierConfig | RegressorConfig | TextEmbeddingConfig | GenerativeConfig,
+    Field(discriminator="kind"),
 ]
 
 
@@ -118,6 +145,17 @@ class ModelSpec(_Config):
     @model_validator(mode="after")
     def _remember_folder(self, info: ValidationInfo) -> ModelSpec:
         self._folder = _base(info)
+        return self
+
+    @model_validator(mode="after")
+    def _generative_reads_its_folder(self) -> ModelSpec:
+        if isinstance(self.adapter, GenerativeConfig):
+            if self.format != "hf" or self.optimize is not None:
+                raise ValueError(
+                    'a generative model is a Hugging Face directory (format = "hf"),'
+                    " served without optimize"
+                )
+            self.adapter._model_dir = self.path
         return self
 
     @field_validator("name")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -152,6 +153,14 @@ class TieredStore:
 
     # -- changes (on the loader thread) ------------------------------------------------
 
+    def reserve(self, name: str, extra_bytes: int) -> Future[None]:
+        """Charge ``extra_bytes`` more on the device to ``name`` (memory its executor
+        holds for it: a generative model's KV cache, measured by the caller), and make
+        room for them as a load does. Kept as the model's charge until it is unloaded."""
+        done: Future[None] = Future()
+        self._submit(functools.partial(self._reserve_job, extra_bytes=extra_bytes), name, done)
+        return done
+
     def forget(self, name: str) -> Future[None]:
         """Free ``name`` from every tier (removed or replaced in the registry); batches
         already running keep their reference and finish on the version they started."""
@@ -188,6 +197,18 @@ class TieredStore:
         with self._lock:
             self._loading.pop(name, None)
         done.set_result(model)
+
+    def _reserve_job(self, name: str, done: Future[None], *, extra_bytes: int) -> None:
+        with self._lock:
+            old = self._charges.get(name) or Resident(name, 0, 0)
+            charge = Resident(name, old.device_bytes + extra_bytes, old.host_bytes)
+            self._charges[name] = charge
+            device = tuple(charge if r.name == name else r for r in self._view.device)
+            self._view = View(device, self._view.host)
+            self._place_gauges()
+        for move in fit(self._view, self._budgets, keep=name):
+            self._evict(move)
+        done.set_result(None)
 
     def _forget_job(self, name: str, done: Future[None]) -> None:
         with self._lock:
@@ -279,6 +300,9 @@ class TieredStore:
     def _place(self, move: Move, charge: Resident) -> None:
         """Record a move in the view and the gauges (the lock is held)."""
         self._view = apply(self._view, [move], charge)
+        self._place_gauges()
+
+    def _place_gauges(self) -> None:
         used = {
             Tier.DEVICE: sum(r.device_bytes for r in self._view.device),
             Tier.HOST: sum(r.host_bytes for r in self._view.host),

@@ -1,0 +1,101 @@
+"""Streamed chunks of generative requests, to Kafka as they are produced.
+
+Each chunk is a ``StreamChunk`` record keyed by its request id, on the topic the
+request's result goes to (its ``reply_to`` or the results topic), so it lands on the
+result's partition, before the result: the worker hands a request's result to the
+sink only after its chunks are acknowledged (``flushed``). Chunks queue on the event
+loop and leave in one ``Egress.publish`` per lane and round, high-lane ones through
+the urgent producer. A chunk is at least once like a result; transient broker failures
+are retried with backoff, and a chunk the broker refuses for good (a ``reply_to`` it
+will not take) is logged and dropped: the result still says how the request ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiokafka.errors import KafkaError
+
+from consumers.contract import Priority, StreamChunk
+from consumers.egress import Egress, OutRecord
+from worker.base.pending import Pending
+from worker.execution.generative.text_stream import Chunk
+from worker.settings import SinkConfig
+
+log = logging.getLogger(__name__)
+
+
+class ChunkPublisher:
+    def __init__(
+        self, *, egress: Egress, urgent_egress: Egress, results_topic: str, config: SinkConfig
+    ) -> None:
+        self._egresses = {False: egress, True: urgent_egress}
+        self._results_topic = results_topic
+        self._config = config
+        self._queued: dict[bool, list[OutRecord]] = {False: [], True: []}
+        self._queued_total = {False: 0, True: 0}  # records ever queued, per producer
+        self._sent_total = {False: 0, True: 0}  # of them, published (or given up on)
+        self._last: dict[str, tuple[bool, int]] = {}  # request id -> its last record's number
+        self._flushers: dict[bool, asyncio.Task[None]] = {}
+        self._sent = asyncio.Condition()
+
+    def add(self, pending: Pending, chunk: Chunk) -> None:
+        """Queue ``chunk`` of ``pending``'s text (on the event loop)."""
+        request = pending.request
+        record = StreamChunk(
+            request_id=request.request_id,
+            model=request.model,
+            seq=chunk.seq,
+            text=chunk.text,
+            tokens=chunk.tokens,
+        )
+        urgent = pending.lane == Priority.HIGH
+        topic = request.reply_to or self._results_topic
+        key = request.request_id.encode()
+        self._queued[urgent].append(OutRecord(topic, key, record.model_dump_json().encode()))
+        self._queued_total[urgent] += 1
+        self._last[request.request_id] = (urgent, self._queued_total[urgent])
+        flusher = self._flushers.get(urgent)
+        if flusher is None or flusher.done():
+            self._flushers[urgent] = asyncio.create_task(
+                self._flush(urgent), name=f"inferlane-chunks{'-urgent' if urgent else ''}"
+            )
+
+    async def flushed(self, request_id: str) -> None:
+        """Until every chunk queued for ``request_id`` has left."""
+        last = self._last.pop(request_id, None)
+        if last is None:
+            return
+        urgent, number = last
+        async with self._sent:
+            await self._sent.wait_for(lambda: self._sent_total[urgent] >= number)
+
+    async def stop(self) -> None:
+        for task in self._flushers.values():
+            task.cancel()
+        await asyncio.gather(*self._flushers.values(), return_exceptions=True)
+
+    async def _flush(self, urgent: bool) -> None:
+        while self._queued[urgent]:
+            records, self._queued[urgent] = self._queued[urgent], []
+            await self._publish(records, urgent)
+            async with self._sent:
+                self._sent_total[urgent] += len(records)
+                self._sent.notify_all()
+
+    async def _publish(self, records: list[OutRecord], urgent: bool) -> None:
+        delay = self._config.retry_backoff_s
+        while True:
+            try:
+                refused = await self._egresses[urgent].publish(records)
+            except (KafkaError, TimeoutError, OSError) as exc:
+                log.warning("kafka unavailable for chunks (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._config.retry_backoff_max_s)
+                continue
+            for refusal in refused:
+                log.warning(
+                    "broker refused a chunk on %s: %s", refusal.record.topic, refusal.reason
+                )
+            return

@@ -1,0 +1,134 @@
+"""Which sequences run in the next decoding step: lanes, shares and preemption.
+
+transformers' continuous batching asks its scheduler for every step's batch; its own
+schedulers are first come, first served. ``LaneStepScheduler`` orders the candidates
+lane by lane (high, normal, low; within a lane, running sequences before new ones,
+oldest first) within the step's token budget; while lanes contend (some candidate was
+left out of the last step), a lane below its share goes first (``LaneShares``, as for
+batches). A waiting request of a higher lane whose prompt finds no free KV blocks
+preempts the newest sequences of lower lanes. A preempted sequence is requeued with
+its generated tokens folded into its prompt (the engine's own "soft reset"): it
+resumes by recomputing its KV, and its next tokens are the ones it would have
+produced (``sampling`` makes a seeded draw depend on the token's index only).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from transformers.generation.continuous_batching import scheduler as engine_schedulers
+from transformers.generation.continuous_batching.cache import PagedAttentionCache
+from transformers.generation.continuous_batching.requests import (
+    FutureRequestState,
+    RequestState,
+    RequestStatus,
+)
+from transformers.generation.continuous_batching.scheduler import Scheduler
+
+from consumers.contract import Priority
+from worker.scheduling.lanes import LANE_ORDER
+from worker.scheduling.shares import LaneShares
+
+# A request the book does not know (never the case in the worker) counts as normal.
+_UNKNOWN = (LANE_ORDER.index(Priority.NORMAL), 0)
+Schedule = tuple[list[FutureRequestState] | None, bool, int, int]
+
+
+@dataclass
+class LaneBook:
+    """Each request's lane rank (0: high) and arrival order. Written on the event loop,
+    read on the engine's thread: single dict operations, atomic under the GIL."""
+
+    shares: LaneShares
+    ranks: dict[str, tuple[int, int]] = field(default_factory=dict)
+    _arrivals: itertools.count[int] = field(default_factory=itertools.count)
+    preempted: int = 0  # sequences preempted so far
+    steps: int = 0  # steps scheduled so far
+
+    def add(self, request_id: str, lane: Priority) -> None:
+        self.ranks[request_id] = (LANE_ORDER.index(lane), next(self._arrivals))
+
+    def remove(self, request_id: str) -> None:
+        self.ranks.pop(request_id, None)
+
+    def key(self, state: RequestState) -> tuple[int, int]:
+        return self.ranks.get(state.request_id, _UNKNOWN)
+
+
+class LaneStepScheduler(Scheduler):
+    book: LaneBook  # set by ``register``, on a subclass per engine
+
+    def __init__(
+        self, cache: PagedAttentionCache, safety_margin: float | None, max_requests_per_batch: int
+    ) -> None:
+        self._contended = False
+        # No safety margin: preemption, not a reserve, keeps a higher lane's blocks.
+        super().__init__(cache, 0.0, max_requests_per_batch)
+
+    def schedule_batch(self, token_budget: int, cache_budget: int) -> Schedule:
+        self.book.steps += 1
+        key = self.book.key
+        if self.waiting_requests:
+            self._preempt_for(min(self.waiting_requests.values(), key=key))
+        first = self._owed_rank()
+
+        def order(state: RequestState) -> tuple[int, bool, bool, int]:
+            rank, arrival = key(state)
+            waiting = state.request_id in self.waiting_requests
+            decoding = state.status == RequestStatus.DECODING
+            return (-1 if rank == first else rank, waiting, not decoding, arrival)
+
+        candidates = sorted(
+            [*self.active_requests.values(), *self.waiting_requests.values()], key=order
+        )
+        removed: set[str] = set()
+        scheduled, failed, fast_path, q_tokens, kv_read = self._process_candidates(
+            candidates, token_budget, cache_budget, removed
+        )
+        self._cleanup_waiting_queue(removed)
+        self._contended = len(scheduled) < len(candidates)
+        if self._contended and scheduled:
+            self.book.shares.served(LANE_ORDER[key(scheduled[0].state)[0]])
+        if not scheduled and failed:
+            return None, fast_path, 0, 0
+        return scheduled, fast_path, q_tokens, kv_read
+
+    def _owed_rank(self) -> int | None:
+        """The rank of the lane below its share that goes first, while lanes contend."""
+        if not self._contended:
+            return None
+        key = self.book.key
+        states = [*self.active_requests.values(), *self.waiting_requests.values()]
+        ready = sorted({key(s)[0] for s in states})
+        if len(ready) < 2:
+            return None
+        owed = self.book.shares.owed(LANE_ORDER[rank] for rank in ready)
+        return None if owed is None else LANE_ORDER.index(owed)
+
+    def _preempt_for(self, state: RequestState) -> None:
+        """Free blocks for ``state``'s prompt by preempting lower lanes, newest first."""
+        key = self.book.key
+        rank = key(state)[0]
+        prompt = len(state.remaining_prefill_tokens)
+        if self.cache.can_store_request_tokens(state, prompt, dry_run=True):
+            return
+        victims = sorted((s for s in self.active_requests.values() if key(s)[0] > rank), key=key)
+        while victims and not self.cache.can_store_request_tokens(state, prompt, dry_run=True):
+            victim = victims.pop()
+            self.cache.free_blocks(victim.request_id, no_cache=True)
+            del self.active_requests[victim.request_id]
+            self.add_waiting_request(victim.create_equivalent_initial_request())
+            victim._status = RequestStatus.FINISHED  # as the engine marks a state it replaced
+            self.book.preempted += 1
+
+
+_names = itertools.count()
+
+
+def register(book: LaneBook) -> str:
+    """Register a scheduler over ``book`` with the engine; returns its ``scheduler_type``."""
+    name = f"inferlane-lanes-{next(_names)}"
+    bound: type[LaneStepScheduler] = type(name, (LaneStepScheduler,), {"book": book})
+    engine_schedulers.SCHEDULER_MAPPING[name] = bound
+    return name
