@@ -19,6 +19,7 @@ from aiokafka.errors import KafkaError
 
 from consumers.contract import Priority, StreamChunk
 from consumers.egress import Egress, OutRecord
+from worker.base.backoff import until_done
 from worker.base.pending import Pending
 from worker.execution.generative.text_stream import Chunk
 from worker.settings import SinkConfig
@@ -85,17 +86,13 @@ class ChunkPublisher:
                 self._sent.notify_all()
 
     async def _publish(self, records: list[OutRecord], urgent: bool) -> None:
-        delay = self._config.retry_backoff_s
-        while True:
-            try:
-                refused = await self._egresses[urgent].publish(records)
-            except (KafkaError, TimeoutError, OSError) as exc:
-                log.warning("kafka unavailable for chunks (%s); retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self._config.retry_backoff_max_s)
-                continue
-            for refusal in refused:
-                log.warning(
-                    "broker refused a chunk on %s: %s", refusal.record.topic, refusal.reason
-                )
-            return
+        egress = self._egresses[urgent]
+        refused = await until_done(
+            "kafka (chunks)",
+            lambda: egress.publish(records),
+            self._config.backoff,
+            (KafkaError, TimeoutError, OSError),
+            log,
+        )
+        for refusal in refused:
+            log.warning("broker refused a chunk on %s: %s", refusal.record.topic, refusal.reason)

@@ -37,11 +37,15 @@ from storage import (
     RowsRefused,
     StoreUnavailable,
 )
+from worker.base.backoff import until_done
 from worker.base.pending import Outcome
 from worker.delivery.refusals import Refusals
 from worker.settings import SinkConfig
 
 log = logging.getLogger(__name__)
+
+# Broker or database down: retried, with backoff, until it is back.
+_TRANSIENT = (KafkaError, StoreUnavailable, TimeoutError, OSError)
 
 T = TypeVar("T")
 
@@ -168,14 +172,7 @@ class Sink:
         self._store.write(results, drift, positions, generations=generations)
 
     async def _retry(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
-        delay = self._config.retry_backoff_s
-        while True:
-            try:
-                return await attempt()
-            except (KafkaError, StoreUnavailable, TimeoutError, OSError) as exc:
-                log.warning("%s unavailable (%s); retrying in %.1fs", what, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self._config.retry_backoff_max_s)
+        return await until_done(what, attempt, self._config.backoff, _TRANSIENT, log)
 
 
 def _request_id(outcome: Outcome) -> str:

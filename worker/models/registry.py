@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +24,13 @@ from prometheus_client import CollectorRegistry
 from pydantic import JsonValue
 
 from consumers.errors import ModelUnavailable, UnknownModel
+from worker.base.backoff import Failure
 from worker.models.adapters import Adapter
 from worker.models.loaders import load_model
 from worker.models.model import LoadedModel
 from worker.models.samples import InputSamples
 from worker.models.specs import CandidateSpec, ModelSpec, RegistryFile, candidate_key
-from worker.models.store import Failure, Loader, Placement, TieredStore
+from worker.models.store import Loader, Placement, TieredStore
 from worker.models.store_metrics import StoreMetrics
 from worker.models.watch import FileWatcher
 from worker.settings import ModelStoreConfig
@@ -146,7 +146,7 @@ class ModelRegistry:
             if adapter is not None:
                 return adapter
             failure = self._adapter_failures.get(name)
-            if failure is not None and time.monotonic() < failure.retry_at_s:
+            if failure is not None and not failure.due:
                 raise ModelUnavailable(failure.message)
             try:
                 adapter = self._adapters[name] = spec.adapter.build()
@@ -161,15 +161,12 @@ class ModelRegistry:
         return self._adapters.keys() >= self._specs.keys()
 
     def _adapter_failed(self, name: str, previous: Failure | None, exc: Exception) -> str:
-        attempts = previous.attempts + 1 if previous else 1
-        delay = self._config.backoff_s(attempts)
-        message = (
-            f"model {name!r}: its adapter cannot be built: {type(exc).__name__}: {exc}"
-            f" (attempt {attempts}; next retry in {delay:.3g} s)"
+        what = f"model {name!r}: its adapter cannot be built"
+        failure = self._adapter_failures[name] = Failure.after(
+            previous, what, exc, self._config.backoff
         )
-        self._adapter_failures[name] = Failure(message, attempts, time.monotonic() + delay)
-        log.warning("%s", message)
-        return message
+        log.warning("%s", failure.message)
+        return failure.message
 
     def ensure(self, name: str) -> Future[LoadedModel]:
         """The model on the device: done when it is there, else its single-flight load."""

@@ -25,6 +25,7 @@ from typing import TypeVar
 import torch
 
 from consumers.errors import ModelUnavailable, UnknownModel
+from worker.base.backoff import Failure
 from worker.models.adapters import Adapter
 from worker.models.measure import (
     code_cache_keys,
@@ -58,13 +59,6 @@ log = logging.getLogger(__name__)
 Loader = Callable[[ModelSpec, torch.device, Adapter], LoadedModel]
 SpecOf = Callable[[str], tuple[ModelSpec, Adapter]]
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    message: str
-    attempts: int
-    retry_at_s: float  # monotonic
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +118,7 @@ class TieredStore:
                 self._metrics.hits.labels(Tier.DEVICE.value).inc()
                 return _done(model)
             failure = self._failures.get(name)
-            if failure is not None and time.monotonic() < failure.retry_at_s:
+            if failure is not None and not failure.due:
                 return _failed(ModelUnavailable(failure.message))
             loading = self._loading.get(name)
             if loading is not None:
@@ -330,15 +324,15 @@ class TieredStore:
 
     def _record_failure(self, name: str, exc: Exception) -> ModelUnavailable:
         with self._lock:
-            previous = self._failures.get(name)
-            attempts = previous.attempts + 1 if previous else 1
-            delay = self._config.backoff_s(attempts)
-            message = (
-                f"model {name!r} is unavailable: {type(exc).__name__}: {exc}"
-                f" (attempt {attempts}; next retry in {delay:.3g} s)"
+            failure = Failure.after(
+                self._failures.get(name),
+                f"model {name!r} is unavailable",
+                exc,
+                self._config.backoff,
             )
-            self._failures[name] = Failure(message, attempts, time.monotonic() + delay)
-            timer = threading.Timer(delay, self._retry, [name])
+            self._failures[name] = failure
+            message = failure.message
+            timer = threading.Timer(failure.delay_s, self._retry, [name])
             timer.daemon = True
             self._timers[name] = timer
         log.warning("%s", message)

@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from consumers.contract import Priority, Status
+from worker.base.metric_set import MetricSet, counter, gauge, histogram
 from worker.base.pending import Batch, Outcome
 
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -103,31 +104,28 @@ class ErrorNote:
     status: str
 
 
-class WorkerMetrics:
+class WorkerMetrics(MetricSet):
+    records = counter("inferlane_records_consumed", "Records consumed, per topic", "topic")
+    results = counter(
+        "inferlane_results", "Results by lane, model and status", "lane", "model", "status"
+    )
+    dead_letters = counter(
+        "inferlane_dead_letters", "Dead letters by reason (error code)", "reason"
+    )
+    batch_size = histogram(
+        "inferlane_batch_size_requests", "Requests per batch", "model", buckets=_BATCH_BUCKETS
+    )
+    batches = counter("inferlane_batches", "Batches dispatched", "model")
+    compute_busy = counter(
+        "inferlane_compute_busy_seconds",
+        "Time spent in forward passes, per model; its rate is the compute utilization",
+        "model",
+    )
+    queued = gauge("inferlane_queued_requests", "Requests waiting in lanes")
+    in_flight = gauge("inferlane_in_flight_requests", "Consumed records not yet durable")
+
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        r = self.registry
-        self.records = Counter(
-            "inferlane_records_consumed", "Records consumed, per topic", ["topic"], registry=r
-        )
-        self.results = Counter(
-            "inferlane_results", "Results by lane, model and status",
-            ["lane", "model", "status"], registry=r,
-        )  # fmt: skip
-        self.dead_letters = Counter(
-            "inferlane_dead_letters", "Dead letters by reason (error code)", ["reason"], registry=r
-        )
-        self.batch_size = Histogram(
-            "inferlane_batch_size_requests", "Requests per batch", ["model"],
-            buckets=_BATCH_BUCKETS, registry=r,
-        )  # fmt: skip
-        self.batches = Counter("inferlane_batches", "Batches dispatched", ["model"], registry=r)
-        self.compute_busy = Counter(
-            "inferlane_compute_busy_seconds",
-            "Time spent in forward passes, per model; its rate is the compute utilization",
-            ["model"],
-            registry=r,
-        )
+        super().__init__(registry)
         self.latency = self._histogram(
             "inferlane_request_latency_seconds",
             "End to end: receipt by the worker to durable (Kafka and SQL)",
@@ -141,10 +139,6 @@ class WorkerMetrics:
         self.publish_latency = self._histogram(
             "inferlane_publish_latency_seconds",
             "Result ready to durable: Kafka acknowledged and SQL committed",
-        )
-        self.queued = Gauge("inferlane_queued_requests", "Requests waiting in lanes", registry=r)
-        self.in_flight = Gauge(
-            "inferlane_in_flight_requests", "Consumed records not yet durable", registry=r
         )
         self.recent_errors: deque[ErrorNote] = deque(maxlen=RECENT_ERRORS)
         self.errors_seen = 0

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from prometheus_client import CollectorRegistry, Gauge, ProcessCollector
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from consumers.offsets import TopicPartitionKey
+from worker.base.metric_set import MetricSet, gauge
 from worker.ops.gpu import Nvml
 from worker.ops.readiness import Readiness
 from worker.ops.view import WorkerView
@@ -17,49 +18,39 @@ log = logging.getLogger(__name__)
 _LAG_TIMEOUT_S = 1.0
 
 
-class LiveGauges:
+class GpuGauges(MetricSet):
+    used = gauge("inferlane_gpu_memory_used_bytes", "GPU memory used", "gpu")
+    total = gauge("inferlane_gpu_memory_total_bytes", "GPU memory", "gpu")
+    busy = gauge("inferlane_gpu_utilization_ratio", "GPU busy fraction (NVML)", "gpu")
+
+
+class LiveGauges(MetricSet):
     """``await refresh()`` on the event loop, then render the registry from any thread."""
 
+    lane_depth = gauge("inferlane_lane_depth_requests", "Requests waiting, per lane", "lane")
+    in_flight_bytes = gauge(
+        "inferlane_in_flight_bytes", "Bytes of consumed records not yet durable"
+    )
+    paused = gauge("inferlane_paused_partitions", "Partitions paused by backpressure")
+    assigned = gauge("inferlane_assigned_partitions", "Partitions this worker consumes")
+    lag = gauge(
+        "inferlane_consumer_lag_records",
+        "Records behind the high watermark of the partition's last fetch. Approximate on "
+        "the embedded broker (Tansu): as old as the last fetch; its ListOffsets counts "
+        "batches, so only the fetch watermark is used.",
+        "topic",
+        "partition",
+    )
+    ready = gauge("inferlane_ready", "1 when /readyz answers 200")
+    check = gauge("inferlane_ready_check", "Readiness checks: 1 passing, 0 failing", "check")
+
     def __init__(self, registry: CollectorRegistry, view: WorkerView) -> None:
-        r = registry
+        super().__init__(registry)
         self._view = view
-        self.lane_depth = Gauge(
-            "inferlane_lane_depth_requests", "Requests waiting, per lane", ["lane"], registry=r
-        )
-        self.in_flight_bytes = Gauge(
-            "inferlane_in_flight_bytes", "Bytes of consumed records not yet durable", registry=r
-        )
-        self.paused = Gauge(
-            "inferlane_paused_partitions", "Partitions paused by backpressure", registry=r
-        )
-        self.assigned = Gauge(
-            "inferlane_assigned_partitions", "Partitions this worker consumes", registry=r
-        )
-        self.lag = Gauge(
-            "inferlane_consumer_lag_records",
-            "Records behind the high watermark of the partition's last fetch. Approximate on "
-            "the embedded broker (Tansu): as old as the last fetch; its ListOffsets counts "
-            "batches, so only the fetch watermark is used.",
-            ["topic", "partition"],
-            registry=r,
-        )
-        self.ready = Gauge("inferlane_ready", "1 when /readyz answers 200", registry=r)
-        self.check = Gauge(
-            "inferlane_ready_check", "Readiness checks: 1 passing, 0 failing", ["check"], registry=r
-        )
-        ProcessCollector(namespace="inferlane", registry=r)  # RSS, CPU, open files
+        ProcessCollector(namespace="inferlane", registry=registry)  # RSS, CPU, open files
         self._nvml = Nvml()
         self._lag_seen: set[TopicPartitionKey] = set()
-        if self._nvml.available:
-            self.gpu_used = Gauge(
-                "inferlane_gpu_memory_used_bytes", "GPU memory used", ["gpu"], registry=r
-            )
-            self.gpu_total = Gauge(
-                "inferlane_gpu_memory_total_bytes", "GPU memory", ["gpu"], registry=r
-            )
-            self.gpu_busy = Gauge(
-                "inferlane_gpu_utilization_ratio", "GPU busy fraction (NVML)", ["gpu"], registry=r
-            )
+        self._gpu = GpuGauges(registry) if self._nvml.available else None
 
     async def refresh(self, readiness: Readiness) -> None:
         view = self._view
@@ -72,12 +63,12 @@ class LiveGauges:
         for name, ok in readiness.checks.items():
             self.check.labels(name).set(1 if ok else 0)
         await self._refresh_lag()
-        if self._nvml.available:
+        if self._gpu is not None:
             for g in await asyncio.to_thread(self._nvml.read):
                 gpu = str(g.index)
-                self.gpu_used.labels(gpu).set(g.memory_used_bytes)
-                self.gpu_total.labels(gpu).set(g.memory_total_bytes)
-                self.gpu_busy.labels(gpu).set(g.utilization_ratio)
+                self._gpu.used.labels(gpu).set(g.memory_used_bytes)
+                self._gpu.total.labels(gpu).set(g.memory_total_bytes)
+                self._gpu.busy.labels(gpu).set(g.utilization_ratio)
 
     async def _refresh_lag(self) -> None:
         try:

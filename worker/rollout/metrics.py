@@ -4,62 +4,57 @@ from __future__ import annotations
 
 import math
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-
 from storage.rollouts import RolloutRecord
+from worker.base.metric_set import MetricSet, counter, gauge
 from worker.rollout.gates import GateValue
 from worker.settings.rollout_plan import State
 
+_GATE = ("model", "candidate", "gate")
+_BOUND_DOC = (
+    "The {end} end of the gate's confidence sequence as this worker judged it "
+    "last (sequential gates: error rate, disagreement, labelled error; else NaN)"
+)
 
-class RolloutMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.share = Gauge(
-            "inferlane_rollout_share",
-            "Fraction of the model's requests the candidate answers (0 in shadow mode)",
-            ["model", "candidate", "mode"],
-            registry=registry,
-        )
-        self.state = Gauge(
-            "inferlane_rollout_state",
-            "1 for the rollout's current state (running, promoted, rolled_back, aborted)",
-            ["model", "candidate", "state"],
-            registry=registry,
-        )
-        self.gate = Gauge(
-            "inferlane_rollout_gate_value",
-            "The gate's value as this worker judged it last: the rollout's estimate (error"
-            " rate, disagreement, labelled error) or the interval's p99 (NaN: no data)",
-            ["model", "candidate", "gate"],
-            registry=registry,
-        )
-        self.threshold = Gauge(
-            "inferlane_rollout_gate_threshold",
-            "The gate's threshold then (sequential gates: the limit they pass below)",
-            ["model", "candidate", "gate"],
-            registry=registry,
-        )
-        self.low, self.high = (
-            Gauge(
-                f"inferlane_rollout_gate_{end}",
-                f"The {end} end of the gate's confidence sequence as this worker judged it "
-                "last (sequential gates: error rate, disagreement, labelled error; else NaN)",
-                ["model", "candidate", "gate"],
-                registry=registry,
-            )
-            for end in ("low", "high")
-        )
-        self.decisions = Counter(
-            "inferlane_rollout_decisions",
-            "Rollout decisions this worker took (pass, wait, advance, promote, rollback)",
-            ["model", "decision"],
-            registry=registry,
-        )
-        self.dropped = Counter(
-            "inferlane_rollout_dropped_batches",
-            "Finished batches left out of the rollout statistics (comparison queue full)",
-            ["model"],
-            registry=registry,
-        )
+
+class RolloutMetrics(MetricSet):
+    share = gauge(
+        "inferlane_rollout_share",
+        "Fraction of the model's requests the candidate answers (0 in shadow mode)",
+        "model",
+        "candidate",
+        "mode",
+    )
+    state = gauge(
+        "inferlane_rollout_state",
+        "1 for the rollout's current state (running, promoted, rolled_back, aborted)",
+        "model",
+        "candidate",
+        "state",
+    )
+    gate = gauge(
+        "inferlane_rollout_gate_value",
+        "The gate's value as this worker judged it last: the rollout's estimate (error"
+        " rate, disagreement, labelled error) or the interval's p99 (NaN: no data)",
+        *_GATE,
+    )
+    threshold = gauge(
+        "inferlane_rollout_gate_threshold",
+        "The gate's threshold then (sequential gates: the limit they pass below)",
+        *_GATE,
+    )
+    low = gauge("inferlane_rollout_gate_low", _BOUND_DOC.format(end="low"), *_GATE)
+    high = gauge("inferlane_rollout_gate_high", _BOUND_DOC.format(end="high"), *_GATE)
+    decisions = counter(
+        "inferlane_rollout_decisions",
+        "Rollout decisions this worker took (pass, wait, advance, promote, rollback)",
+        "model",
+        "decision",
+    )
+    dropped = counter(
+        "inferlane_rollout_dropped_batches",
+        "Finished batches left out of the rollout statistics (comparison queue full)",
+        "model",
+    )
 
     def show(self, r: RolloutRecord) -> None:
         self.share.labels(r.model, r.candidate_version, r.mode).set(r.share)

@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from consumers.contract import Priority
 from consumers.security import KafkaSecurity
+from worker.base.backoff import Backoff
 from worker.settings.drift_thresholds import DriftThresholds
 
 
@@ -125,6 +126,10 @@ class SinkConfig(_Frozen):
     retry_backoff_s: float = Field(default=0.5, gt=0)
     retry_backoff_max_s: float = Field(default=10.0, gt=0)
 
+    @property
+    def backoff(self) -> Backoff:
+        return Backoff(self.retry_backoff_s, self.retry_backoff_max_s)
+
 
 class ModelStoreConfig(_Frozen):
     """Tier budgets in bytes, charged with each model's measured memory.
@@ -141,9 +146,9 @@ class ModelStoreConfig(_Frozen):
     # How often the registry file's mtime is checked; 0 disables hot reload.
     watch_interval_s: float = Field(default=2.0, ge=0)
 
-    def backoff_s(self, attempts: int) -> float:
-        """Wait before retry number ``attempts`` (1, 2, ...): doubling, capped."""
-        return min(self.retry_backoff_max_s, self.retry_backoff_s * 2 ** (attempts - 1))
+    @property
+    def backoff(self) -> Backoff:
+        return Backoff(self.retry_backoff_s, self.retry_backoff_max_s)
 
 
 class OpsConfig(_Frozen):
