@@ -26,6 +26,15 @@ def window_start(at: datetime, window_s: int) -> datetime:
     return datetime.fromtimestamp(epoch_s - epoch_s % window_s, UTC)
 
 
+# The counters a window sums, in a delta of it and in stored windows alike.
+COUNTERS = ("rows", "labelled", "wrong", "abs_error_sum", "ref_checked", "ref_deviant")
+
+
+def add_counters(into: WindowDelta | WindowStats, other: WindowDelta | WindowStats) -> None:
+    for name in COUNTERS:
+        setattr(into, name, getattr(into, name) + getattr(other, name))
+
+
 @dataclass(frozen=True, slots=True)
 class WindowKey:
     model: str
@@ -61,6 +70,12 @@ class WindowDelta:
         for i, n in enumerate(counts):
             if n:
                 self.bins[(series, i)] = self.bins.get((series, i), 0) + n
+
+    def merge(self, other: WindowDelta) -> None:
+        """Add ``other``'s counts to these."""
+        add_counters(self, other)
+        for key, n in other.bins.items():
+            self.bins[key] = self.bins.get(key, 0) + n
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,12 +134,7 @@ class WindowStats:
     def absorb(self, other: WindowStats) -> None:
         """Add ``other`` (the next window) to this one."""
         self.span_s = int((other.end - self.start).total_seconds())
-        self.rows += other.rows
-        self.labelled += other.labelled
-        self.wrong += other.wrong
-        self.abs_error_sum += other.abs_error_sum
-        self.ref_checked += other.ref_checked
-        self.ref_deviant += other.ref_deviant
+        add_counters(self, other)
         for series, bins in other.bins.items():
             mine = self.bins.setdefault(series, {})
             for b, n in bins.items():

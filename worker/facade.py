@@ -29,6 +29,7 @@ from consumers.records import RawRecord
 from consumers.topics import ensure_topics
 from storage import ResultStore
 from storage.write_process import WriterProcess
+from worker.base.blocking import off_loop
 from worker.base.pending import Batch, BatchRun, Outcome, Pending
 from worker.delivery.chunks import ChunkPublisher
 from worker.delivery.completion import CompletionQueue
@@ -188,20 +189,25 @@ class Worker:
         s = self.settings
         assert s.bootstrap is not None
         await self._ops.start()  # first: /healthz and /readyz answer during the warm-up
-        self._store = await asyncio.to_thread(ResultStore, s.database_url)
+        self._store = await off_loop(ResultStore, s.database_url)
         self._registry.watch()
         self._drift = await Drift.start(s, self._store.engine, self._registry, self.metrics)
         self._rollouts = await Rollouts.start(
-            self._store.engine, self._registry, self.metrics, s.rollout, self._router
+            self._store.engine,
+            self._registry,
+            self.metrics,
+            s.rollout,
+            self._router,
+            compare_on=self._executor.submit,
         )
         # Load every model before joining the group, so the first requests pay no load time.
-        await asyncio.to_thread(self._warm_up)
+        await off_loop(self._warm_up)
         self._models_warm = True
         self._scheduler.start()
         self._gc.start()  # after the warm-up: what exists now lives as long as the process
         if s.sink.write_process:
             self._writer = WriterProcess(self._store, s.database_url, nice=s.sink.write_nice)
-            await asyncio.to_thread(self._writer.start)
+            await off_loop(self._writer.start)
         sink = Sink(
             egress=self._egress,
             urgent_egress=self._urgent_egress,
@@ -316,18 +322,19 @@ class Worker:
         await _bounded(deadline, "leaving the group", self._ingress.stop())
         await _bounded(deadline, "the producer", self._egress.stop())
         await _bounded(deadline, "the urgent producer", self._urgent_egress.stop())
-        await _bounded(deadline, "the executor", asyncio.to_thread(self._executor.shutdown))
-        await _bounded(deadline, "the model store", asyncio.to_thread(self._registry.close))
+        # Before the executor: the comparisons still queued run on it.
+        if self._rollouts is not None:
+            await _bounded(deadline, "the rollouts", self._rollouts.stop())
+        await _bounded(deadline, "the executor", off_loop(self._executor.shutdown))
+        await _bounded(deadline, "the model store", off_loop(self._registry.close))
         self._scheduler.close()
         await self._gc.stop()
         if self._drift is not None:
             await _bounded(deadline, "the drift windows", self._drift.stop())
-        if self._rollouts is not None:
-            await _bounded(deadline, "the rollouts", self._rollouts.stop())
         if self._writer is not None:
-            await _bounded(deadline, "the SQL writer", asyncio.to_thread(self._writer.close))
+            await _bounded(deadline, "the SQL writer", off_loop(self._writer.close))
         if self._store is not None:
-            await _bounded(deadline, "the database", asyncio.to_thread(self._store.close))
+            await _bounded(deadline, "the database", off_loop(self._store.close))
         await self._ops.stop()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -389,7 +396,7 @@ class Worker:
         if urgent and len(records) <= INLINE_RECORDS and self._registry.adapters_built():
             admitted = self._admission.admit(records)
         else:
-            admitted = await asyncio.to_thread(self._admission.admit, records)
+            admitted = await off_loop(self._admission.admit, records)
         # Each high request's result leaves on the urgent stream, rejected ones' too.
         ended = (o.result for o in admitted.ended if o.result is not None)
         self._yield.arrived(
@@ -548,9 +555,7 @@ class Worker:
         behind it (a commit that failed) or ahead of it (SQLite lost its last commits in
         a power loss). Upserts make the replay harmless."""
         assert self._store is not None
-        stored = await asyncio.to_thread(
-            self._store.committed_offsets, self.settings.kafka.group_id
-        )
+        stored = await off_loop(self._store.committed_offsets, self.settings.kafka.group_id)
         for tp in assigned:
             durable = stored.get(tp)
             if durable is not None:

@@ -13,13 +13,7 @@ def _merged(parts: list[dict[WindowKey, WindowDelta]]) -> dict[WindowKey, Window
     out: dict[WindowKey, WindowDelta] = {}
     for deltas in parts:
         for key, d in deltas.items():
-            mine = out.setdefault(key, WindowDelta())
-            mine.rows += d.rows
-            mine.labelled += d.labelled
-            mine.wrong += d.wrong
-            mine.abs_error_sum += d.abs_error_sum
-            for b, n in d.bins.items():
-                mine.bins[b] = mine.bins.get(b, 0) + n
+            out.setdefault(key, WindowDelta()).merge(d)
     return out
 
 
@@ -48,3 +42,16 @@ def test_counting_filed_batches_at_take_equals_counting_each_batch() -> None:
     assert refs_once == refs_each and len(refs_once) == 2  # outputs and inputs
     assert sum(expected[k].rows for k in keys) == 1200
     assert once.take() == ({}, [])  # nothing counted twice
+
+
+def test_counts_put_back_after_a_failed_flush_are_written_with_the_next_ones() -> None:
+    batches = list(stream(seed=5, windows=2, per_window=300, shift_at=1))
+    failed = WindowAccumulator(window_s=WINDOW_S, reference_rows=500, bins=10)
+    whole = WindowAccumulator(window_s=WINDOW_S, reference_rows=500, bins=10)
+    for i, (at, obs) in enumerate(batches):
+        failed.add(obs, at)
+        whole.add(obs, at)
+        if i == len(batches) // 2:
+            failed.restore(*failed.take())  # the flush's write failed
+
+    assert failed.take() == whole.take()

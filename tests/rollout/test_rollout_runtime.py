@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from storage import ResultStore
 from storage.rollouts import PROMOTED, RolloutRecord, RolloutStore
 from worker.demo.models import RECIPE_VERSION
+from worker.execution.executor import ThreadExecutor
 from worker.models import ModelRegistry
 from worker.models.adapters import Adapter
 from worker.models.loaders import load_model
@@ -64,7 +65,9 @@ def ticked_until(rollouts: Rollouts, done: Callable[[], bool], timeout_s: float 
 
 
 def new_rollouts(store: RolloutStore, registry: ModelRegistry, router: Router) -> Rollouts:
-    return Rollouts(store, registry, RolloutMetrics(CollectorRegistry()), RolloutConfig(), router)
+    metrics = RolloutMetrics(CollectorRegistry())
+    executor = ThreadExecutor(registry.get)  # where sampled batches run on the other version
+    return Rollouts(store, registry, metrics, RolloutConfig(), router, compare_on=executor.submit)
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ rest of the chunk commits.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -38,6 +37,7 @@ from storage import (
     StoreUnavailable,
 )
 from worker.base.backoff import until_done
+from worker.base.blocking import off_loop
 from worker.base.pending import Outcome
 from worker.delivery.refusals import Refusals
 from worker.settings import SinkConfig
@@ -102,7 +102,7 @@ class Sink:
         if len(outcomes) <= INLINE_RECORDS:
             records = self._refusals.records(outcomes)
         else:
-            records = await asyncio.to_thread(self._refusals.records, outcomes)
+            records = await off_loop(self._refusals.records, outcomes)
         await self._send(records, urgent)
 
     async def _send(self, records: list[tuple[OutRecord, Outcome]], urgent: bool) -> None:
@@ -162,9 +162,7 @@ class Sink:
         return await self._isolate(outcomes[:mid]) + await self._isolate(outcomes[mid:])
 
     async def _write(self, outcomes: Sequence[Outcome], positions: list[OffsetRow]) -> None:
-        await self._retry(
-            "database", lambda: asyncio.to_thread(self._write_rows, outcomes, positions)
-        )
+        await self._retry("database", lambda: off_loop(self._write_rows, outcomes, positions))
 
     def _write_rows(self, outcomes: Sequence[Outcome], positions: list[OffsetRow]) -> None:
         # Runs in a thread: building the rows is per-record work too.

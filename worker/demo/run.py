@@ -26,6 +26,7 @@ from consumers.contract import InferenceResult
 from storage import DriftSummary, anomaly_count, drift_summary, make_engine, result_counts
 from storage.drift_windows import read_flags, read_windows
 from storage.queries import error_rms
+from worker.base.blocking import off_loop
 from worker.demo.workload import (
     Labelled,
     diabetes_requests,
@@ -168,7 +169,7 @@ async def run_demo(
             shift=_shift_caught(engine, shift_at),
         )
         report.png = _png_path(settings.database_url)
-        report.drift_report = await asyncio.to_thread(_write_png, engine, report.png)
+        report.drift_report = await off_loop(_write_png, engine, report.png)
         return report
     finally:
         engine.dispose()

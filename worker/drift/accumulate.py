@@ -101,15 +101,7 @@ class WindowAccumulator:
     def restore(self, deltas: dict[WindowKey, WindowDelta], refs: list[Reference]) -> None:
         """Put back what ``take`` gave, after a failed flush, to be written next time."""
         for key, d in deltas.items():
-            mine = self._delta(key)
-            mine.rows += d.rows
-            mine.labelled += d.labelled
-            mine.wrong += d.wrong
-            mine.abs_error_sum += d.abs_error_sum
-            mine.ref_checked += d.ref_checked
-            mine.ref_deviant += d.ref_deviant
-            for (series, b), n in d.bins.items():
-                mine.bins[(series, b)] = mine.bins.get((series, b), 0) + n
+            self._delta(key).merge(d)
         self._new_references[:0] = refs
 
     def _delta(self, key: WindowKey) -> WindowDelta:

@@ -34,6 +34,7 @@ from storage.labels import (
     join_labels,
     ready_labels,
 )
+from worker.base.blocking import off_loop
 from worker.drift.metrics import DriftMetrics
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ class LabelJoiner:
         """Run ``step`` in a thread until the database takes it."""
         while True:
             try:
-                return await asyncio.to_thread(step)
+                return await off_loop(step)
             except StoreUnavailable as exc:
                 log.warning("labels: database unavailable (%s); retrying", exc)
                 await asyncio.sleep(_RETRY_S)

@@ -10,7 +10,6 @@ not yet flushed: windows are a statistic, not a ledger.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from collections import deque
@@ -28,6 +27,7 @@ from storage.drift_windows import (
     save_reference,
 )
 from storage.reference_checks import add_checks
+from worker.base.blocking import off_loop, own_thread
 from worker.base.pending import Batch, Outcome
 from worker.drift.accumulate import WindowAccumulator
 from worker.drift.evaluate import evaluate
@@ -84,18 +84,17 @@ class DriftTracker:
             self._queue.append(queued)
 
     async def start(self) -> None:
-        self._acc.references = await asyncio.to_thread(load_references, self._engine)
-        self._thread = threading.Thread(target=self._run, name="inferlane-drift", daemon=True)
-        self._thread.start()
+        self._acc.references = await off_loop(load_references, self._engine)
+        self._thread = own_thread("drift", self._run)
 
     async def stop(self) -> None:
         """Run the queued checks, then flush and judge every window touched, closed or not."""
         if self._thread is not None:
             self._stopping.set()
-            await asyncio.to_thread(self._thread.join)
+            await off_loop(self._thread.join)
         try:
-            await asyncio.to_thread(self._check_queued)  # what came after the thread's last
-            await asyncio.to_thread(self.flush, final=True)
+            await off_loop(self._check_queued)  # what came after the thread's last
+            await off_loop(self.flush, final=True)
         except Exception:  # the worker's shutdown goes on: these are statistics
             log.exception("drift windows: last flush failed")
 

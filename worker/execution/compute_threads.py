@@ -26,6 +26,7 @@ from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter
 
+from worker.base.blocking import own_thread
 from worker.base.pending import Batch
 from worker.scheduling.lanes import LANE_ORDER, lane_of
 
@@ -75,14 +76,14 @@ class ComputeThread(Generic[R]):
     on whether a batch finished or was abandoned."""
 
     def __init__(self, work: Callable[[Batch], R], lock: threading.Lock) -> None:
-        self.name = f"inferlane-compute-{next(_names)}"
+        self._number = next(_names)
+        self.name = f"inferlane-compute-{self._number}"
         self.jobs: queue.PriorityQueue[Queued[R]] = queue.PriorityQueue()
         self.running: Running[R] | None = None
         self.abandoned = False
         self._work = work
         self._lock = lock
-        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
-        self._thread.start()
+        self._thread = own_thread(f"compute-{self._number}", self._loop)
 
     def join(self, timeout_s: float) -> bool:
         """True once the thread has ended."""

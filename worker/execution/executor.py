@@ -33,6 +33,7 @@ from pydantic import JsonValue
 
 from consumers.contract import ErrorInfo, Priority
 from consumers.errors import InferlaneError, ModelFailed, ModelTimeout
+from worker.base.blocking import own_thread
 from worker.base.pending import Batch, BatchRun, ItemResult
 from worker.execution.compute_threads import (
     WATCH_PERIOD_S,
@@ -94,9 +95,7 @@ class SupervisedExecutor(Executor):
         self.hung = HungThreads(max_hung_threads, metrics)
         self._closed = threading.Event()
         if timeout_s_for is not None:
-            threading.Thread(
-                target=self._watch, name="inferlane-compute-watchdog", daemon=True
-            ).start()
+            own_thread("compute-watchdog", self._watch)
 
     def shutdown(self) -> None:
         for thread in self._threads:
@@ -272,9 +271,7 @@ def set_torch_threads(n: int) -> None:
         if n == default:
             return
         torch.set_num_threads(n)
-        restore = threading.Thread(target=torch.set_num_threads, args=(default,))
-        restore.start()
-        restore.join()
+        own_thread("torch-threads", torch.set_num_threads, default).join()
 
 
 def _fail(failed: asyncio.Future[None], exc: BaseException) -> None:

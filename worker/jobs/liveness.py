@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 from consumers.errors import InferlaneError
 from storage.jobs import HEARTBEAT_S, JobConflict, JobStore
+from worker.base.blocking import own_thread
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +33,7 @@ def running(jobs: JobStore, name: str) -> Iterator[None]:
     """
     jobs.claim(name, f"{socket.gethostname()}:{os.getpid()}")
     stop = threading.Event()
-    beat = threading.Thread(
-        target=_beat, args=(jobs, name, stop), name="inferlane-job-heartbeat", daemon=True
-    )
-    beat.start()
+    beat = own_thread("job-heartbeat", _beat, jobs, name, stop)
     try:
         yield
     except JobConflict:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from storage import ResultStore
 from storage.jobs import CANCELLED, DONE, JobConflict, JobRecord, JobStore
+from worker.base.blocking import own_thread
 from worker.jobs.batch_size import BatchSizer
 from worker.jobs.decode import Decoded, decode
 from worker.jobs.liveness import running
@@ -168,8 +169,7 @@ def _prefetched(items: Iterator[tuple[Window, Decoded]]) -> Iterator[tuple[Windo
         except BaseException as exc:  # handed to the caller, raised there
             ahead.put(exc)
 
-    thread = threading.Thread(target=fill, name="inferlane-job-reader", daemon=True)
-    thread.start()
+    thread = own_thread("job-reader", fill)
     try:
         while (item := ahead.get()) is not None:
             if isinstance(item, BaseException):

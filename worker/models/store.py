@@ -26,6 +26,7 @@ import torch
 
 from consumers.errors import ModelUnavailable, UnknownModel
 from worker.base.backoff import Failure
+from worker.base.blocking import one_thread_pool
 from worker.models.adapters import Adapter
 from worker.models.measure import (
     code_cache_keys,
@@ -175,7 +176,7 @@ class TieredStore:
     def _submit(self, job: Callable[[str, Future[T]], None], name: str, done: Future[T]) -> None:
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="inferlane-model-load")
+                self._pool = one_thread_pool("model-load")
             pool = self._pool
         pool.submit(job, name, done)
 

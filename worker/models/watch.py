@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from worker.base.blocking import own_thread
+
 log = logging.getLogger(__name__)
 
 
@@ -19,10 +21,7 @@ class FileWatcher:
         self._on_change = on_change
         self._stopped = threading.Event()
         self._seen = self._stamp()
-        self._thread = threading.Thread(
-            target=self._loop, name="inferlane-registry-watch", daemon=True
-        )
-        self._thread.start()
+        self._thread = own_thread("registry-watch", self._loop)
 
     def _stamp(self) -> tuple[int, int] | None:
         try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from worker.base.blocking import off_loop
 from worker.models.listing import model_rows
 from worker.ops.metrics import ErrorNote, WorkerMetrics
 from worker.ops.page import PAGE
@@ -117,12 +118,12 @@ class OpsServer:
             return Response(200 if readiness.ready else 503, orjson.dumps(readiness.body()), _JSON)
         if path == "/metrics":
             await self._gauges.refresh(await self._probe.check())
-            body = await asyncio.to_thread(generate_latest, self._metrics.registry)
+            body = await off_loop(generate_latest, self._metrics.registry)
             return Response(200, body, CONTENT_TYPE_LATEST)
         if path == "/status.json":
             return Response(200, await self._status(), _JSON)
         if path == "/models.json":  # read by `inferlane models list --url`
-            rows = await asyncio.to_thread(model_rows, self._view.registry)
+            rows = await off_loop(model_rows, self._view.registry)
             return Response(200, orjson.dumps({"models": rows}), _JSON)
         if path in ("/", "/index.html"):
             return Response(200, PAGE.encode(), "text/html; charset=utf-8")
@@ -135,7 +136,7 @@ class OpsServer:
         await self._gauges.refresh(readiness)
         errors = list(self._metrics.recent_errors)
         async with self._board_lock:  # the board keeps the previous read: one at a time
-            return await asyncio.to_thread(self._render_status, readiness, errors)
+            return await off_loop(self._render_status, readiness, errors)
 
     def _render_status(self, readiness: Readiness, errors: list[ErrorNote]) -> bytes:
         snapshot = Snapshot.of(self._metrics.registry)

@@ -6,13 +6,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, text
 
 from consumers.broker_check import BrokerUnreachable, check_broker
 from consumers.offsets import TopicPartitionKey
+from worker.base.blocking import one_thread_pool
 from worker.ops.view import WorkerView
 from worker.settings import OpsConfig
 
@@ -80,7 +80,7 @@ class _Ping:
         self._checked_s = float("-inf")
         self._error: str | None = "not checked yet"
         self._lock = asyncio.Lock()
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"inferlane-{name}")
+        self._thread = one_thread_pool(name)
         self._running: asyncio.Future[None] | None = None
 
     async def error(

@@ -8,6 +8,7 @@ import logging
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from consumers.offsets import TopicPartitionKey
+from worker.base.blocking import off_loop
 from worker.base.metric_set import MetricSet, gauge
 from worker.ops.gpu import Nvml
 from worker.ops.readiness import Readiness
@@ -64,7 +65,7 @@ class LiveGauges(MetricSet):
             self.check.labels(name).set(1 if ok else 0)
         await self._refresh_lag()
         if self._gpu is not None:
-            for g in await asyncio.to_thread(self._nvml.read):
+            for g in await off_loop(self._nvml.read):
                 gpu = str(g.index)
                 self._gpu.used.labels(gpu).set(g.memory_used_bytes)
                 self._gpu.total.labels(gpu).set(g.memory_total_bytes)

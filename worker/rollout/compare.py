@@ -5,35 +5,37 @@ The event loop only queues a finished batch (``submit``); when the queue is full
 batch is dropped from the statistics (counted), never waited for. Shadow rollouts
 run sampled primary batches on the candidate (whose outputs go nowhere else); canary
 rollouts run sampled candidate batches on the primary. A sampled batch runs whole, so
-both versions' compute times are for the same inputs.
+both versions' compute times are for the same inputs; it runs on the executor, in the
+low lane, so it yields to the lanes that serve requests like any bulk batch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from pydantic import JsonValue
 
-from consumers.contract import Status
+from consumers.contract import Priority, Status
 from consumers.errors import BadInput
-from worker.base.pending import Batch, Outcome, Pending
-from worker.execution.executor import run_isolating
+from worker.base.blocking import own_thread
+from worker.base.pending import Batch, BatchRun, Outcome, Pending
 from worker.models import Adapter
 from worker.rollout.stats import VersionStats
 from worker.settings.rollout_plan import Mode
 
 log = logging.getLogger(__name__)
 
-# (registry key, prepared items) -> one output per item; raises if the model fails.
-RunModel = Callable[[str, Sequence[Any]], list[JsonValue]]
+# The executor's ``submit``: a batch in, its ``BatchRun`` out.
+Submit = Callable[[Batch], Future[BatchRun]]
 
 
 class Role(StrEnum):
@@ -55,14 +57,14 @@ class Active:
 class Comparer:
     def __init__(
         self,
-        run: RunModel,
+        submit: Submit,
         adapter_for: Callable[[str], Adapter],
         *,
         max_queued: int,
         on_drop: Callable[[str], None] = lambda _: None,
         seed: int | None = None,
     ) -> None:
-        self._run = run
+        self._submit = submit
         self._adapter_for = adapter_for
         self._on_drop = on_drop
         self._random = random.Random(seed)
@@ -73,8 +75,7 @@ class Comparer:
         self._deltas: dict[tuple[int, Role], VersionStats] = {}
         self._idle = threading.Condition(self._lock)
         self._busy = 0
-        self._thread = threading.Thread(target=self._loop, name="inferlane-rollout", daemon=True)
-        self._thread.start()
+        self._thread = own_thread("rollout", self._loop)
 
     def submit(self, rollout: Active, batch: Batch, outcomes: list[Outcome]) -> None:
         try:
@@ -145,12 +146,11 @@ class Comparer:
         other_role = Role.PRIMARY if role == Role.CANDIDATE else Role.CANDIDATE
         other_key = rollout.model if other_role == Role.PRIMARY else rollout.candidate
         adapter = self._adapter_for(served_key)
-        started = time.perf_counter()
-        # One bad input stays one error, as in the executor.
-        results = run_isolating(lambda items: self._run(other_key, items), [p.item for p, _ in ok])
-        ms = (time.perf_counter() - started) * 1000
+        items = [dataclasses.replace(p, serving=other_key, deadline_s=None) for p, _ in ok]
+        run = self._submit(Batch(other_key, items, time.monotonic(), lane=Priority.LOW)).result()
+        ms = run.compute_s * 1000
         other, candidate = VersionStats(), VersionStats()
-        for (pending, served_output), result in zip(ok, results, strict=True):
+        for (pending, served_output), result in zip(ok, run.results, strict=True):
             other.requests += 1
             other.add_latency(ms)
             if result.error is not None:

@@ -25,12 +25,13 @@ from sqlalchemy import Engine
 
 from storage import StoreUnavailable
 from storage.rollouts import RolloutConflict, RolloutRecord, RolloutStore
+from worker.base.blocking import off_loop, own_thread
 from worker.base.pending import Batch, Outcome
 from worker.models import Adapter, ClassifierAdapter, ModelRegistry, TextEmbeddingAdapter
 from worker.models.specs import candidate_key
 from worker.ops.metrics import WorkerMetrics
 from worker.rollout.begin import begin
-from worker.rollout.compare import Active, Comparer, Role
+from worker.rollout.compare import Active, Comparer, Role, Submit
 from worker.rollout.decide import judge
 from worker.rollout.gates import GateValue, Measures, Pair, evaluate
 from worker.rollout.metrics import RolloutMetrics
@@ -51,6 +52,7 @@ class Rollouts:
         config: RolloutConfig,
         router: Router,
         *,
+        compare_on: Submit,
         worker_id: str | None = None,
     ) -> None:
         self._store = store
@@ -60,7 +62,7 @@ class Rollouts:
         self._router = router
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._comparer = Comparer(
-            lambda key, items: registry.get(key).run(items),
+            compare_on,
             registry.adapter,
             max_queued=config.compare_queue,
             on_drop=lambda model: metrics.dropped.labels(model).inc(),
@@ -86,14 +88,16 @@ class Rollouts:
         metrics: WorkerMetrics,
         config: RolloutConfig,
         router: Router,
+        compare_on: Submit,
     ) -> Rollouts:
-        rollouts = cls(
-            RolloutStore(engine), registry, RolloutMetrics(metrics.registry), config, router
-        )
-        await asyncio.to_thread(rollouts._start_declared)
+        """``compare_on``: the executor's ``submit``, where sampled batches run on the
+        other version."""
+        store, rollout_metrics = RolloutStore(engine), RolloutMetrics(metrics.registry)
+        rollouts = cls(store, registry, rollout_metrics, config, router, compare_on=compare_on)
+        await off_loop(rollouts._start_declared)
         # Route as the group does before the first request is admitted.
-        await asyncio.to_thread(rollouts.tick)
-        await asyncio.to_thread(rollouts._route_warmed)
+        await off_loop(rollouts.tick)
+        await off_loop(rollouts._route_warmed)
         rollouts._task = asyncio.create_task(rollouts._run(), name="inferlane-rollouts")
         return rollouts
 
@@ -102,11 +106,11 @@ class Rollouts:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        await asyncio.to_thread(self._comparer.drain, 5.0)
+        await off_loop(self._comparer.drain, 5.0)
         try:
-            await asyncio.to_thread(self.flush)
+            await off_loop(self.flush)
         finally:
-            await asyncio.to_thread(self._comparer.close)
+            await off_loop(self._comparer.close)
 
     # -- the hot path ------------------------------------------------------------------
 
@@ -123,7 +127,7 @@ class Rollouts:
         while True:
             await asyncio.sleep(self._config.poll_s)
             try:
-                await asyncio.to_thread(self.tick)
+                await off_loop(self.tick)
             except StoreUnavailable as exc:  # keep routing as last read; retry next time
                 log.warning("rollouts not refreshed: %s", exc)
             except Exception:  # a bug here must not stop the worker serving
@@ -260,9 +264,7 @@ class Rollouts:
         warming = self._warming.get(key)
         if warming is None:
             self._warming[key] = warming = Future()
-            threading.Thread(
-                target=self._warm, args=(key, warming), name=f"inferlane-warm-{key}", daemon=True
-            ).start()
+            own_thread(f"warm-{key}", self._warm, key, warming)
         return warming.done()
 
     def _warm(self, key: str, done: Future[None]) -> None:

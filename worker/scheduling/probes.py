@@ -18,6 +18,7 @@ from collections import deque
 from typing import Protocol
 
 from consumers.contract import Priority
+from worker.base.blocking import own_thread
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,7 @@ class NvmlProbe:
         self._every_s = every_s
         self._value: float | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, name="inferlane-nvml", daemon=True)
-        self._thread.start()
+        self._thread = own_thread("nvml", self._poll)
 
     def _poll(self) -> None:
         while not self._stop.is_set():

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from consumers.contract import Priority
 from consumers.errors import InferlaneError, ModelFailed
+from worker.base.blocking import off_loop
 from worker.base.generation import GenerationItem
 from worker.base.pending import Pending
 from worker.execution.generative.engine import Finished, GenerativeEngine, Job
@@ -88,7 +89,7 @@ class GenerationStage:
             def reserve(nbytes: int) -> None:
                 self._registry.reserve(name, nbytes)
 
-            engine = await asyncio.to_thread(engine_of, model, reserve, self._shares)
+            engine = await off_loop(engine_of, model, reserve, self._shares)
         self._engines[id(engine)] = engine
         return model, engine
 
@@ -105,7 +106,7 @@ class GenerationStage:
         engines, self._engines = list(self._engines.values()), {}
         self._live.clear()
         for engine in engines:
-            await asyncio.to_thread(engine.stop, keep_cache=True)
+            await off_loop(engine.stop, keep_cache=True)
 
 
 def _failed(pending: Pending, exc: InferlaneError) -> Finished:
