@@ -23,7 +23,7 @@ from storage.engine import begin_write
 from storage.schema import inference_results, jobs
 
 RUNNING, DONE, CANCELLED, FAILED = "running", "done", "cancelled", "failed"
-PUBLISHED = "published"  # a distributed job whose rows are all on Kafka
+PUBLISHED = "published"  # a distributed job whose chunks are all on Kafka
 INTERRUPTED = "interrupted"  # shown, never stored: running, and its process is gone
 HEARTBEAT_S = 5.0
 # Six missed beats: a process stalled by a busy machine or a long SQL write still counts
@@ -194,8 +194,15 @@ class JobStore:
             )
         return moved.rowcount == 1
 
-    def set_state(self, name: str, state: str) -> None:
-        self._update(name, state=state)
+    def published(self, name: str) -> None:
+        """A running distributed job has every chunk on Kafka (its chunks may all be
+        done already: then it stays done)."""
+        with begin_write(self._engine) as conn:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.name == name, jobs.c.state == RUNNING)
+                .values(state=PUBLISHED, updated_at=datetime.now(UTC))
+            )
 
     def _update(self, name: str, **values: Any) -> None:
         with begin_write(self._engine) as conn:
@@ -233,8 +240,12 @@ class JobStore:
         return rows
 
 
+def stale(now: datetime, beat: datetime | None) -> bool:
+    """No heartbeat for ``STALE_AFTER_S`` at the database's time ``now``."""
+    return beat is None or as_utc(now) - as_utc(beat) > timedelta(seconds=STALE_AFTER_S)
+
+
 def _record(row: RowMapping) -> JobRecord:
     values = dict(row)
-    now, beat = values.pop("db_now"), values["heartbeat_at"]
-    stale = beat is None or as_utc(now) - as_utc(beat) > timedelta(seconds=STALE_AFTER_S)
-    return JobRecord(**values, stale=stale)
+    now = values.pop("db_now")
+    return JobRecord(**values, stale=stale(now, values["heartbeat_at"]))

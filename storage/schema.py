@@ -231,6 +231,39 @@ jobs = Table(
     Index(None, "state"),
 )
 
+# A distributed job's chunks (migration 0007): row ranges of its input, each claimed by
+# one worker at a time. ``attempt`` counts the claims; a worker's writes name the attempt
+# they belong to, so one that lost its claim (no heartbeat for a while) cannot commit.
+job_chunks = Table(
+    "job_chunks",
+    metadata,
+    Column("job", String(128), primary_key=True),
+    Column("chunk", Integer, primary_key=True),
+    Column("start", BigInteger, nullable=False),  # first row
+    Column("rows", BigInteger, nullable=False),
+    Column("checkpoint", BigInteger, nullable=False),  # first row not yet committed
+    Column("state", String(16), nullable=False),  # pending, running, done, failed
+    Column("attempt", Integer, nullable=False),
+    Column("runner", String(255)),  # host:pid of the worker that holds or held it
+    Column("heartbeat_at", DateTime(timezone=True)),  # the database's clock
+    Column("error", Text),  # why it failed
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Index(None, "state"),
+)
+
+# The part files of a distributed job's committed windows, written in the transaction
+# that commits the window's results: the export reads exactly these, in row order.
+job_parts = Table(
+    "job_parts",
+    metadata,
+    Column("job", String(128), primary_key=True),
+    Column("start", BigInteger, primary_key=True),  # the window's first row
+    Column("rows", BigInteger, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("output", String(255)),  # file name in the job's parts folder; None: no good row
+    Column("errors", String(255)),  # its bad rows' file; None: none
+)
+
 # -- model rollouts (migration 0004) ---------------------------------------------------
 
 # One row per rollout of a candidate version; every worker routes by the newest row of
