@@ -5,7 +5,9 @@
 - minilm over a Parquet file of 20,000 sentences against the ceiling at its best batch
   size, measured between the job's windows (``bench.jobs_minilm``), ``--rounds`` times;
 - ``kill -9`` of ``inferlane score`` at about half of a 200,000-row job, then the same
-  command again: every row exactly once, and the rows scored twice counted.
+  command again: every row exactly once, and the rows scored twice counted;
+- a distributed job of 1,000,000 digits rows in chunks, one and two ``inferlane run``
+  workers, beside the local job, all into PostgreSQL (``bench.jobs_scaleout``).
 
 Jobs run in this process, with the model loaded and warmed first, so that the figures
 are the scoring itself; the kill test runs the CLI as users do.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -152,21 +155,39 @@ def kill_and_resume(work: Path, rows: int, say: Any) -> dict[str, Any]:
     return result
 
 
-def scaleout(registry: ModelRegistry, work: Path, rows: int, say: Any) -> dict[str, Any]:
+def scaleout(
+    registry: ModelRegistry, work: Path, rows: int, rounds: int, say: Any
+) -> dict[str, Any]:
+    """The local job and the distributed one (1 and 2 workers), PostgreSQL, same rows,
+    in turn, ``rounds`` times: the machine's load moves between runs a minute apart."""
     source = digits_parquet(work / "scaleout.parquet", rows)
     warmup = digits_parquet(work / "warmup.parquet", 2000)
-    runs = [
-        jobs_scaleout.one_run(registry, source, warmup, n, work, torch_threads=1) for n in (1, 2)
-    ]
-    for run in runs:
-        say(
-            f"distributed {rows:,} digits rows, {run['workers']} worker(s): "
-            f"{run['rows_per_s']:,} rows/s ({run['seconds']} s, of which publishing "
-            f"{run['publish_seconds']} s); each row once in PostgreSQL: {run['each_row_once']}"
+    runs: list[dict[str, Any]] = []
+    for n in range(rounds):
+        local = jobs_scaleout.local_run(registry, source, work)
+        say(f"round {n + 1}: local job, {rows:,} digits rows: {local['rows_per_s']:,} rows/s")
+        one, two = (
+            jobs_scaleout.distributed_run(registry, source, warmup, w, work, torch_threads=1)
+            for w in (1, 2)
         )
-    two_vs_one = round(runs[1]["rows_per_s"] / runs[0]["rows_per_s"], 2)
-    say(f"distributed: two workers vs one: {two_vs_one}x")
-    return {"runs": runs, "two_vs_one": two_vs_one}
+        for run in (one, two):
+            say(
+                f"round {n + 1}: distributed, {run['workers']} worker(s): "
+                f"{run['rows_per_s']:,} rows/s ({run['seconds']} s, of which publishing "
+                f"{run['publish_seconds']} s); each row once in PostgreSQL: "
+                f"{run['each_row_once']}; machine busy {run['cpu']['machine_busy_share']:.0%}"
+            )
+        ratios = {
+            "one_vs_local": round(one["rows_per_s"] / local["rows_per_s"], 3),
+            "two_vs_one": round(two["rows_per_s"] / one["rows_per_s"], 3),
+        }
+        say(f"round {n + 1}: {ratios}")
+        runs.append({"local": local, "one_worker": one, "two_workers": two, **ratios})
+    return {
+        "rounds": runs,
+        "median_one_vs_local": statistics.median(r["one_vs_local"] for r in runs),
+        "median_two_vs_one": statistics.median(r["two_vs_one"] for r in runs),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -174,7 +195,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--digits-rows", type=int, default=1_000_000)
     parser.add_argument("--minilm-rows", type=int, default=20_000)
     parser.add_argument("--kill-rows", type=int, default=200_000)
-    parser.add_argument("--scaleout-rows", type=int, default=100_000)
+    parser.add_argument("--scaleout-rows", type=int, default=1_000_000)
+    parser.add_argument("--scaleout-rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="a tenth of each size")
     parser.add_argument("--rounds", type=int, default=3, help="minilm: jobs, between ceilings")
     parser.add_argument(
@@ -202,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
         if "kill" in only:
             report["kill"] = kill_and_resume(work, args.kill_rows // scale, print)
         if "scaleout" in only:
-            report["scaleout"] = scaleout(registry, work, args.scaleout_rows // scale, print)
+            rows = args.scaleout_rows // scale
+            report["scaleout"] = scaleout(registry, work, rows, args.scaleout_rounds, print)
     path = args.out / "jobs.json"
     path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     print(f"wrote {path}")

@@ -45,6 +45,7 @@ from worker.execution.generative.stage import GenerationStage
 from worker.intake.admission import Admission
 from worker.intake.backpressure import bulk_fetches_slow, bulk_room, paused_topics
 from worker.intake.inflight import InFlight
+from worker.jobs.chunk_service import ChunkService
 from worker.models import ModelRegistry
 from worker.ops.http import OpsServer
 from worker.ops.metrics import WorkerMetrics
@@ -182,6 +183,7 @@ class Worker:
         self._drift: Drift | None = None
         self._rollouts: Rollouts | None = None
         self._gc = GcSchedule(settings.gc, self.metrics.registry)
+        self._job_chunks: ChunkService | None = None  # made in start(): it needs the database
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -242,6 +244,16 @@ class Worker:
         )
         self._streams = Streams(chunks, self._registry.adapter, self._generated)
         await self._ingress.start(self._on_assigned, self._on_revoked)
+        if s.topics.jobs is not None:  # chunks of distributed jobs, below live traffic
+            self._job_chunks = ChunkService(
+                s,
+                self._registry,
+                self._store,
+                publish=self._egress.publish,
+                before_batch=self._yield.hold,
+                metrics=self.metrics.registry,
+            )
+            await self._job_chunks.start()
         self._failed = asyncio.get_running_loop().create_future()
         self._executor.fail_into(self._failed)  # too many hung models: exit, get restarted
         self._tasks = [
@@ -314,6 +326,8 @@ class Worker:
         await _bounded(deadline, "the generative engines", self._generation.stop())
         if self._streams is not None:
             await _bounded(deadline, "the streamed chunks", self._streams.stop())
+        if self._job_chunks is not None:
+            await _bounded(deadline, "the job chunk", self._job_chunks.stop())
         if self._delivery is not None:
             await _bounded(deadline, "the SQL write", self._delivery.finish_write())
             await _bounded(deadline, "the offset commit", self._delivery.commit_now())

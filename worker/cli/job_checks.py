@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.fs as pafs
+
 from worker.cli.errors import UsageFailed
 from worker.jobs.params import JobParams
-from worker.jobs.sources import format_of, windows
+from worker.jobs.sources import filesystem, format_of, is_uri, windows
 
 
 def check_job(params: JobParams, models: Path | None) -> None:
@@ -17,7 +20,9 @@ def check_job(params: JobParams, models: Path | None) -> None:
     from worker.demo.models import ensure_demo_models
 
     source = params.input
-    if not source.is_file():
+    if isinstance(source, str):
+        _check_object(source)
+    elif not source.is_file():
         # A job counts its rows, then reads them, and reads them again when it resumes.
         raise UsageFailed(
             f"--input {source} is not a regular file (a job reads its input more than once)",
@@ -39,3 +44,27 @@ def check_job(params: JobParams, models: Path | None) -> None:
         raise UsageFailed(
             f"--model {params.model!r}: no such model in {path} (it has {', '.join(names)})"
         )
+
+
+def local_or_uri(value: str | None, flag: str, distributed: bool) -> Path | str | None:
+    """A flag's path (absolute) or URI; URIs only for a distributed job, whose workers
+    read and write them through pyarrow's filesystems."""
+    if value is None or not is_uri(value):
+        return Path(value).resolve() if value is not None else None
+    if not distributed:
+        raise UsageFailed(
+            f"{flag} {value}: a local job reads and writes local files",
+            "add --distributed, or copy the object to a local file first",
+        )
+    return value
+
+
+def _check_object(uri: str) -> None:
+    """The object exists (and the credentials in the environment reach it)."""
+    try:
+        fs, path = filesystem(uri)
+        found = fs.get_file_info(path).type == pafs.FileType.File
+    except (pa.ArrowException, OSError) as exc:
+        raise UsageFailed(f"--input {uri}: {exc}") from None
+    if not found:
+        raise UsageFailed(f"--input {uri}: no such object")

@@ -23,6 +23,7 @@ from rich.table import Table
 from worker.cli.options import Database, database_url
 
 if TYPE_CHECKING:
+    from storage.job_chunks import ChunkStates
     from storage.jobs import JobRecord
     from worker.jobs.local import Progress as JobProgress
 
@@ -41,10 +42,16 @@ JobName = Annotated[str, typer.Argument(help="The job's name.")]
 def score(
     model: Annotated[str, typer.Option(help="Model name in the registry.")],
     input: Annotated[
-        Path | None, typer.Option(help="Rows: .parquet, .csv or .jsonl.", exists=True)
+        str | None,
+        typer.Option(
+            help="Rows: .parquet, .csv or .jsonl; with --distributed also a URI (s3://...)."
+        ),
     ] = None,
     output: Annotated[
-        Path | None, typer.Option(help="Scored rows; the format follows the extension.")
+        str | None,
+        typer.Option(
+            help="Scored rows; the format follows the extension; with --distributed also a URI."
+        ),
     ] = None,
     overwrite: Annotated[
         bool, typer.Option(help="Replace an existing --output file that another job wrote.")
@@ -67,8 +74,14 @@ def score(
     ] = None,
     sql_results: Annotated[bool, typer.Option(help="Write result and drift rows.")] = True,
     distributed: Annotated[
-        bool, typer.Option(help="Publish rows to the low lane for the workers.")
+        bool, typer.Option(help="Publish the input's chunks for the running workers to score.")
     ] = False,
+    chunk_rows: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="With --distributed: rows per chunk (default: four checkpoint windows)."
+        ),
+    ] = None,
     bootstrap: Bootstrap = None,
     from_topic: Annotated[
         str | None, typer.Option(help="Re-score this request topic's past requests instead.")
@@ -86,27 +99,29 @@ def score(
     After a crash, run the same command again: it goes on where it stopped."""
     import torch
 
-    from worker.cli.job_checks import check_job
+    from worker.cli.job_checks import check_job, local_or_uri
     from worker.jobs.params import JobParams, check_name
 
     if torch_threads is not None:
         torch.set_num_threads(torch_threads)
-    if output is None and not distributed:
+    dest = local_or_uri(output, "--output", distributed)
+    if dest is None and not distributed:
         raise typer.BadParameter("--output is required (unless --distributed)")
+    source = local_or_uri(input, "--input", distributed)
     if from_topic is not None:
-        assert output is not None
-        input, input_column, id_column, label_column = _snapshot(
-            from_topic, from_time, to_time, model, output, bootstrap
+        assert isinstance(dest, Path)  # a local job's
+        source, input_column, id_column, label_column = _snapshot(
+            from_topic, from_time, to_time, model, dest, bootstrap
         )
-    if input is None:
+    if source is None:
         raise typer.BadParameter("--input (or --from-topic) is required")
-    if output is not None and output.exists() and output.samefile(input):
-        console.print(f"[red]--output {output} is the input file: choose another path[/]")
+    if isinstance(dest, Path) and dest.exists() and dest.samefile(source):
+        console.print(f"[red]--output {dest} is the input file: choose another path[/]")
         raise typer.Exit(2)
     params = JobParams(
         model=model,
-        input=input.resolve(),
-        output=output.resolve() if output else None,
+        input=source,
+        output=dest,
         input_columns=tuple(input_column or ["inputs"]),
         id_column=id_column,
         label_column=label_column,
@@ -117,7 +132,7 @@ def score(
     check_job(params, models)
     name = check_name(job or params.default_name())
     if distributed:
-        _publish(name, params, database_url(database), bootstrap, models)
+        _publish(name, params, database_url(database), bootstrap, models, chunk_rows)
         return
     _run_local(name, params, database_url(database), models, overwrite)
     if from_topic is not None:
@@ -163,7 +178,8 @@ def _compare(name: str, params: object, url: str) -> None:
     from worker.jobs.params import JobParams
     from worker.jobs.topic import compare
 
-    assert isinstance(params, JobParams) and params.output is not None
+    assert isinstance(params, JobParams)
+    assert isinstance(params.output, Path) and isinstance(params.input, Path)  # a local job's
     dest = params.output.with_name(params.output.name + ".diff.jsonl")
     with ResultStore(url) as store:
         diff = compare(store, name, params.input, dest)
@@ -253,12 +269,19 @@ def _summary(
 
 
 def _publish(
-    name: str, params: object, url: str, bootstrap: str | None, models: Path | None
+    name: str,
+    params: object,
+    url: str,
+    bootstrap: str | None,
+    models: Path | None,
+    chunk_rows: int | None,
 ) -> None:
     from storage import ResultStore
+    from storage.job_chunks import ChunkStore
     from worker.cli.registry import load_registry
-    from worker.jobs.distributed import errors_file, publish
+    from worker.jobs.distributed import publish
     from worker.jobs.liveness import JobFailed
+    from worker.jobs.local import JobError
     from worker.jobs.params import JobParams
 
     assert isinstance(params, JobParams)
@@ -269,14 +292,14 @@ def _publish(
     registry = load_registry(models)
     with ResultStore(url) as store:
         try:
-            record = publish(name, params, registry, store, bootstrap)
-        except JobFailed as exc:
+            record = publish(name, params, registry, store, bootstrap, chunk_rows=chunk_rows)
+        except (JobError, JobFailed) as exc:
             console.print(f"[red]{exc}[/]")
             raise typer.Exit(1) from None
+        states = ChunkStore(store.engine).states(name)
     console.print(
-        f"job {name}: published {record.checkpoint - record.errors:,} rows to the low lane "
-        f"({record.errors:,} bad rows in {errors_file(name, params)}); "
-        f"follow with `inferlane jobs show {name}`"
+        f"job {name}: {record.state}, {states.total:,} chunks of {record.rows_total or 0:,} "
+        f"rows for the workers; follow with `inferlane jobs show {name}`"
     )
 
 
@@ -307,7 +330,8 @@ def list_jobs(database: Database = None) -> None:
 def show(name: JobName, database: Database = None) -> None:
     """One job: parameters, state, counters; for a distributed job, results so far."""
     from storage import ResultStore
-    from storage.jobs import PUBLISHED, JobStore
+    from storage.job_chunks import ChunkStore
+    from storage.jobs import DONE, JobStore
 
     with ResultStore(database_url(database)) as store:
         jobs = JobStore(store.engine)
@@ -337,14 +361,31 @@ def show(name: JobName, database: Database = None) -> None:
         for key, value in record.params.items():
             table.add_row(f"params.{key}", str(value))
         if record.kind == "distributed":
+            _chunk_rows(table, ChunkStore(store.engine).states(name))
             counts = jobs.result_counts(name)
             scored = sum(counts.values())
             table.add_row("results in SQL", f"{scored:,} {dict(sorted(counts.items()))}")
-            published = record.checkpoint - record.errors
-            complete = record.state == PUBLISHED and scored >= (record.rows_total or 0)
-            table.add_row("published rows", f"{published:,}")
-            table.add_row("complete", "yes" if complete else "no")
+            table.add_row("complete", "yes" if record.state == DONE else "no")
     Console().print(table)
+
+
+def _chunk_rows(table: Table, states: ChunkStates) -> None:
+    """A distributed job's chunks: done, in flight (held by a live worker), waiting,
+    failed, and those whose worker stopped beating (another takes them over)."""
+    from storage.job_chunks import DONE, PENDING, STALLED
+    from storage.jobs import FAILED, RUNNING
+
+    n = states.counts.get
+    table.add_row("chunks", f"{states.total:,}")
+    table.add_row("chunks done", f"{n(DONE, 0):,}")
+    table.add_row("chunks in flight", f"{n(RUNNING, 0):,}")
+    table.add_row("chunks pending", f"{n(PENDING, 0):,}")
+    table.add_row("chunks failed", f"{n(FAILED, 0):,}")
+    if n(STALLED):
+        table.add_row("chunks stalled", f"{n(STALLED, 0):,} (no heartbeat: being taken over)")
+    table.add_row("chunks taken over", f"{states.taken_over:,}")
+    if states.failure:
+        table.add_row("first chunk failure", states.failure)
 
 
 def _note(record: JobRecord) -> str:
@@ -379,17 +420,25 @@ def cancel(name: JobName, database: Database = None) -> None:
 @jobs_app.command()
 def export(
     name: JobName,
-    output: Annotated[Path, typer.Option(help="Scored rows; the format follows the extension.")],
+    output: Annotated[
+        str | None,
+        typer.Option(
+            help="Scored rows; the format follows the extension, a path or a URI "
+            "(default: the job's --output)."
+        ),
+    ] = None,
     database: Database = None,
 ) -> None:
-    """Write a distributed job's outputs in input order, once every row has its result."""
+    """Write a distributed job's outputs in input order, once every chunk is done."""
     from storage import ResultStore
     from worker.jobs.distributed import ExportError, export_job
+    from worker.jobs.sources import is_uri
 
     with ResultStore(database_url(database)) as store:
         try:
-            written = export_job(name, store, output.resolve())
+            dest = output if output is None or is_uri(output) else Path(output).resolve()
+            written = export_job(name, store, dest)
         except ExportError as exc:
             console.print(f"[red]{exc}[/]")
             raise typer.Exit(1) from None
-    console.print(f"job {name}: {written:,} rows written to {output}")
+    console.print(f"job {name}: {written:,} rows written")

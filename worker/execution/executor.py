@@ -237,7 +237,7 @@ def _lane_thread(
             nonlocal ready
             if not ready:
                 ready = True
-                _lower_priority(nice)
+                lower_priority(nice)
                 set_torch_threads(torch_threads)
             if hold is not None:
                 hold.hold()
@@ -248,7 +248,8 @@ def _lane_thread(
     return make
 
 
-def _lower_priority(nice: int) -> None:
+def lower_priority(nice: int) -> None:
+    """Add ``nice`` to the calling thread's Linux nice value (threads it starts inherit it)."""
     if not nice:
         return
     tid = threading.get_native_id()

@@ -42,9 +42,16 @@ class Scored:
 
 
 def score(
-    model: LoadedModel, items: np.ndarray | list[Any], sizer: BatchSizer, *, later: int = 0
+    model: LoadedModel,
+    items: np.ndarray | list[Any],
+    sizer: BatchSizer,
+    *,
+    later: int = 0,
+    before_batch: Callable[[], None] | None = None,
 ) -> Scored:
-    """Score ``items``; ``later``: rows of the job after these (the sizer's backlog)."""
+    """Score ``items``; ``later``: rows of the job after these (the sizer's backlog);
+    ``before_batch`` runs before each forward pass (a worker's chunk waits there while
+    live traffic has priority)."""
     started = time.perf_counter()
     n = len(items)
     costs: np.ndarray | int = model.adapter.cost(items[0]) if n else 1
@@ -59,6 +66,8 @@ def score(
     while i < n:
         end, widest = _batch_end(order, costs, i, sizer.size, sizer.max_cost)
         idx, failed = order[i:end], len(failures)
+        if before_batch is not None:
+            before_batch()
         t = time.perf_counter()
         _isolating(model, items, idx, done, failures)
         if len(failures) == failed:  # a bisected batch's time says nothing of its size

@@ -40,7 +40,7 @@ def running(jobs: JobStore, name: str) -> Iterator[None]:
         raise
     except Exception as exc:
         stop.set()
-        reason = _reason(exc)
+        reason = reason_of(exc)
         log.debug("job %s failed", name, exc_info=True)
         _quietly(jobs.fail, name, reason)
         raise JobFailed(f"job {name!r} failed: {reason}") from exc
@@ -70,7 +70,8 @@ def _quietly(write: Callable[..., None], *args: str) -> None:
         log.warning("job %s: state not written: %s", args[0], exc)
 
 
-def _reason(exc: Exception) -> str:
+def reason_of(exc: Exception) -> str:
+    """An exception as one line for a job's (or chunk's) row: its code when it has one."""
     if isinstance(exc, InferlaneError):
         text = f"{exc.code}: {exc.message}"
     else:

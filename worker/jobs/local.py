@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-import queue
 import shutil
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,18 +19,15 @@ from pathlib import Path
 
 from storage import ResultStore
 from storage.jobs import CANCELLED, DONE, JobConflict, JobRecord, JobStore
-from worker.base.blocking import own_thread
 from worker.jobs.batch_size import BatchSizer
 from worker.jobs.decode import Decoded, decode
 from worker.jobs.liveness import running
 from worker.jobs.outputs import Parts, parts_dir
 from worker.jobs.params import JobParams
+from worker.jobs.prefetch import prefetched
 from worker.jobs.rows import WindowResult, window_result
 from worker.jobs.sources import Window, count_rows, windows
 from worker.models import ModelRegistry
-
-# Windows read and decoded ahead of the one being scored.
-_PREFETCH = 2
 
 
 class JobError(Exception):
@@ -62,8 +57,8 @@ class LocalJob:
     ) -> None:
         """``overwrite``: a new job may replace an existing output file (a rerun of the
         same job, which resumes or reports it, always may: the file is its own)."""
-        if params.output is None:
-            raise ValueError("a local job needs an output file")
+        if not isinstance(params.output, Path) or not isinstance(params.input, Path):
+            raise ValueError("a local job reads and writes local files")
         self.name = name
         self.params = params
         self._output = params.output
@@ -110,13 +105,19 @@ class LocalJob:
         done = record.checkpoint
         total = record.rows_total
         self._on_progress(Progress(done, total))
-        for window, decoded in _prefetched(self._decoded(done)):
+        for window, decoded in prefetched(self._decoded(done)):
             parts.begin(window.start, len(window))
             end = window.start + len(window)
             # Rows after this window: unknown for a file not counted, then one more window.
             later = len(window) if total is None else max(0, total - end)
             result = window_result(
-                self.name, window, decoded, model, sizer, self.params, later=later
+                self.name,
+                window,
+                decoded,
+                model,
+                sizer,
+                sql_results=self.params.sql_results,
+                later=later,
             )
             self._commit(parts, window.start, result)
             parts.end(window.start, len(window))
@@ -152,36 +153,6 @@ def open_job(jobs: JobStore, name: str, params: JobParams, *, kind: str) -> JobR
     if record.state == CANCELLED:
         raise JobError(f"job {name!r} was cancelled; give this run another --job name")
     return record
-
-
-def _prefetched(items: Iterator[tuple[Window, Decoded]]) -> Iterator[tuple[Window, Decoded]]:
-    """Read and decode on a thread of its own while the caller scores and writes."""
-    ahead: queue.Queue[tuple[Window, Decoded] | BaseException | None] = queue.Queue(_PREFETCH)
-    stop = threading.Event()
-
-    def fill() -> None:
-        try:
-            for item in items:
-                if stop.is_set():
-                    return
-                ahead.put(item)
-            ahead.put(None)
-        except BaseException as exc:  # handed to the caller, raised there
-            ahead.put(exc)
-
-    thread = own_thread("job-reader", fill)
-    try:
-        while (item := ahead.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        while thread.is_alive():
-            try:
-                ahead.get_nowait()
-            except queue.Empty:
-                thread.join(0.05)
 
 
 @contextmanager

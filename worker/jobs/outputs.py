@@ -155,13 +155,13 @@ def _write_table(table: pa.Table, path: Path, kind: str) -> None:
     if kind == "parquet":
         pq.write_table(table, path)
     elif kind == "csv":
-        pacsv.write_csv(_flat(table), path)
+        pacsv.write_csv(flat(table), path)
     else:
         with path.open("wb") as file:
             file.writelines(orjson.dumps(row) + b"\n" for row in table.to_pylist())
 
 
-def _flat(table: pa.Table) -> pa.Table:
+def flat(table: pa.Table) -> pa.Table:
     """CSV cells hold no lists: list columns become JSON text."""
     for i, field in enumerate(table.schema):
         if pa.types.is_list(field.type) or pa.types.is_fixed_size_list(field.type):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from worker.jobs.decode import Columns, NumericAdapter
+from worker.jobs.sources import is_uri
 from worker.models import Adapter
 
 # Request ids are "{job}:{row}" and at most 128 characters.
@@ -18,12 +19,21 @@ NUMERIC_WINDOW_ROWS = 32_768
 TEXT_WINDOW_ROWS = 2048
 
 
+def _location(value: Any) -> Any:
+    """A URI (``s3://bucket/key``) stays as written; any other text is a local path."""
+    return Path(value) if isinstance(value, str) and not is_uri(value) else value
+
+
+# A local path, or a URI of an object store (a distributed job's input and output).
+Location = Annotated[Path | str, BeforeValidator(_location)]
+
+
 class JobParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str
-    input: Path
-    output: Path | None = None  # None: a distributed job exports later
+    input: Location
+    output: Location | None = None  # None: a distributed job exports later
     input_columns: tuple[str, ...] = ("inputs",)
     id_column: str | None = None
     label_column: str | None = None
@@ -56,10 +66,15 @@ class JobParams(BaseModel):
 
     def default_name(self) -> str:
         """Stable for the same command, so running it again resumes the same job."""
-        key = f"{self.model}|{self.input.resolve()}|{self.output and self.output.resolve()}"
+        output = self.output and _absolute(self.output)
+        key = f"{self.model}|{_absolute(self.input)}|{output}"
         digest = hashlib.sha256(key.encode()).hexdigest()[:8]
-        stem = re.sub(r"[^\w.-]", "_", self.input.stem)[:60]
+        stem = re.sub(r"[^\w.-]", "_", PurePosixPath(str(self.input)).stem)[:60]
         return f"{stem}-{self.model[:24]}-{digest}"
+
+
+def _absolute(location: Path | str) -> Path | str:
+    return location.resolve() if isinstance(location, Path) else location
 
 
 def check_name(name: str) -> str:

@@ -7,6 +7,7 @@ for rows the model failed on, and a drift row for each labelled ``ok`` row.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +23,6 @@ from worker.jobs.batch_size import BatchSizer
 from worker.jobs.compute import Scored, score
 from worker.jobs.decode import Decoded, RowError
 from worker.jobs.outputs import output_table
-from worker.jobs.params import JobParams
 from worker.jobs.sources import Window
 from worker.models import Adapter, ClassifierAdapter, LoadedModel
 
@@ -42,12 +42,14 @@ def window_result(
     decoded: Decoded,
     model: LoadedModel,
     sizer: BatchSizer,
-    params: JobParams,
     *,
+    sql_results: bool = True,
     later: int = 0,
+    before_batch: Callable[[], None] | None = None,
 ) -> WindowResult:
-    """``later``: rows of the job after this window (the batch sizer's backlog)."""
-    scored = score(model, decoded.items, sizer, later=later)
+    """``sql_results``: build the result and drift rows; ``later``: rows of the job after
+    this window (the batch sizer's backlog); ``before_batch``: see ``score``."""
+    scored = score(model, decoded.items, sizer, later=later, before_batch=before_batch)
     keep = scored.keep
     errors = list(decoded.errors)
     for i, code, message in scored.failures:
@@ -79,7 +81,7 @@ def window_result(
         else:
             error = output - truth
         abs_error_sum = float(np.abs(error).sum())
-        if params.sql_results:
+        if sql_results:
             drift_rows = list(
                 zip(
                     rows[usable].tolist(),
@@ -92,7 +94,7 @@ def window_result(
 
     results: list[ResultRow] = []
     drift: list[DriftRow] = []
-    if params.sql_results:
+    if sql_results:
         now = datetime.now(UTC)
         results = _ok_rows(job, window, model, rows, scored, now)
         results += [

@@ -25,6 +25,8 @@ class TopicConfig(_Frozen):
     low: str = "inferlane.requests.low"
     results: str = "inferlane.results"
     dead_letters: str = "inferlane.requests.dlq"
+    # Distributed jobs' chunk descriptors (docs/JOBS.md); None: this worker takes no chunks.
+    jobs: str | None = "inferlane.jobs"
     partitions: int = Field(default=3, ge=1)  # for topics the worker creates
     # Topics a request's ``reply_to`` may name, besides ``results`` (a full match).
     reply_to_pattern: str = r"inferlane\.results\..+"
@@ -330,6 +332,7 @@ class WorkerSettings(BaseSettings):
     def _distinct_topics(self) -> WorkerSettings:
         t = self.topics
         names = [t.high, t.normal, t.low, t.results, t.dead_letters]
+        names += [t.jobs] if t.jobs is not None else []
         if len(set(names)) != len(names):
-            raise ValueError("lane, results and dead-letter topics must be distinct")
+            raise ValueError("lane, results, dead-letter and jobs topics must be distinct")
         return self
