@@ -8,7 +8,8 @@ stood before publishing, so no consumer group join is needed.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -16,7 +17,7 @@ import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
-from consumers.contract import InferenceRequest, InferenceResult
+from consumers.contract import InferenceRequest, InferenceResult, StreamChunk
 from consumers.security import KafkaSecurity
 
 DEFAULT_TOPIC = "inferlane.requests"
@@ -24,6 +25,9 @@ DEFAULT_RESULTS = "inferlane.results"
 
 # kafka-python 2.x asks for fetches of up to 50 MB yet refuses frames over 1 MB, so a
 # busy results topic breaks its reads ("Invalid frame length"); keep the two in step.
+# Requests whose results (or chunks) the client keeps once read, until asked for.
+KEEP_READ = 100_000
+
 READER_CONFIG = {"fetch_max_bytes": 8 * 2**20, "receive_message_max_bytes": 16 * 2**20}
 
 
@@ -49,6 +53,9 @@ class InferlaneClient:
         )
         self._consumer: KafkaConsumer | None = None
         self._results_pending = False  # watching a results topic that did not exist yet
+        # Read and not yet asked for (the newest KEEP_READ requests' only, oldest dropped).
+        self._seen: OrderedDict[str, InferenceResult] = OrderedDict()  # first result per id
+        self._chunks: OrderedDict[str, dict[int, StreamChunk]] = OrderedDict()
 
     def watch_results(self) -> None:
         """Start reading results from now on; call before publishing what you await."""
@@ -110,24 +117,58 @@ class InferlaneClient:
     def results(self, ids: Iterable[str], *, timeout_s: float = 60.0) -> dict[str, InferenceResult]:
         """Results for ``ids`` (first one seen per id); raises TimeoutError with what is
         missing if they do not all arrive in time."""
+        wanted = set(ids)
+        deadline = time.monotonic() + timeout_s
+        while wanted - self._seen.keys():
+            if not self._read(deadline):
+                missing = len(wanted - self._seen.keys())
+                raise TimeoutError(f"{missing} of {len(wanted)} results did not arrive")
+        return {i: self._seen[i] for i in wanted}
+
+    def stream(
+        self, request_id: str, *, timeout_s: float = 60.0
+    ) -> Iterator[StreamChunk | InferenceResult]:
+        """A generative request's chunks as they arrive, in ``seq`` order and each once
+        (a replay sends them again), then its result; raises TimeoutError if the result
+        does not arrive in time."""
+        deadline = time.monotonic() + timeout_s
+        seq = 0
+        while True:
+            chunks = self._chunks.get(request_id, {})
+            while seq in chunks:
+                yield chunks.pop(seq)
+                seq += 1
+            result = self._seen.get(request_id)
+            if result is not None:
+                self._chunks.pop(request_id, None)
+                yield result
+                return
+            if not self._read(deadline):
+                raise TimeoutError(f"the result of {request_id!r} did not arrive")
+
+    def _read(self, deadline: float) -> bool:
+        """One poll of the results topic into ``_seen`` and ``_chunks``; False once
+        ``deadline`` (monotonic) has passed."""
         if self._consumer is None:
             raise RuntimeError("call watch_results() before publishing")
-        wanted, found = set(ids), dict[str, InferenceResult]()
-        deadline = time.monotonic() + timeout_s
-        while wanted - found.keys():
-            left_ms = int((deadline - time.monotonic()) * 1000)
-            if left_ms <= 0:
-                missing = len(wanted - found.keys())
-                raise TimeoutError(f"{missing} of {len(wanted)} results did not arrive")
-            if self._results_pending and not self._assign_results(from_start=True):
-                time.sleep(min(left_ms, 200) / 1000)
-                continue
-            for messages in self._consumer.poll(timeout_ms=min(left_ms, 500)).values():
-                for m in messages:
-                    result = InferenceResult.model_validate(orjson.loads(m.value))
-                    if result.request_id in wanted:
-                        found.setdefault(result.request_id, result)
-        return found
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        if left_ms <= 0:
+            return False
+        if self._results_pending and not self._assign_results(from_start=True):
+            time.sleep(min(left_ms, 200) / 1000)
+            return True
+        for messages in self._consumer.poll(timeout_ms=min(left_ms, 500)).values():
+            for m in messages:
+                value = orjson.loads(m.value)
+                if isinstance(value, dict) and value.get("kind") == "chunk":
+                    chunk = StreamChunk.model_validate(value)
+                    self._chunks.setdefault(chunk.request_id, {})[chunk.seq] = chunk
+                    _bound(self._chunks)
+                    continue
+                result = InferenceResult.model_validate(value)
+                self._seen.setdefault(result.request_id, result)
+                _bound(self._seen)
+        return True
 
     def close(self) -> None:
         self._producer.close()
@@ -144,6 +185,11 @@ class InferlaneClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _bound(read: OrderedDict[str, Any]) -> None:
+    while len(read) > KEEP_READ:
+        read.popitem(last=False)
 
 
 def read_to_end(

@@ -28,6 +28,7 @@ class GenerationItem:
 
     prompt_ids: tuple[int, ...]
     sampling: Sampling
+    return_tokens: bool = False  # the result's outputs carry the generated token ids
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,8 @@ def generated(
         "ttft_ms": _ms(ttft),
         "tpot_ms": _ms(done.time_per_output_token_s),
     }
+    if getattr(pending.item, "return_tokens", False):
+        outputs["token_ids"] = list(done.token_ids)
     outcome = Outcome(pending.record, reply_to=request.reply_to)
     status, error = Status.OK, None
     if done.finish_reason == "error":

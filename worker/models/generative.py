@@ -80,8 +80,6 @@ class GenerativeAdapter(Adapter):
             )
         # One sequence must fit the cache alone (it may preempt every other one).
         self.kv_tokens = self.num_blocks * limits.page_size
-        if limits.default_max_new_tokens > limits.max_new_tokens:
-            raise ValueError("default_max_new_tokens is above max_new_tokens")
 
     @property
     def chat(self) -> bool:
@@ -117,7 +115,7 @@ class GenerativeAdapter(Adapter):
             seed=parsed.seed,
             stop=tuple(parsed.stop),
         )
-        return GenerationItem(tuple(ids), sampling)
+        return GenerationItem(tuple(ids), sampling, parsed.return_tokens)
 
     def _parse(self, inputs: JsonValue) -> GenerationInputs:
         if isinstance(inputs, str):

@@ -8,6 +8,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -39,6 +40,7 @@ class GenerationInputs(BaseModel):
     top_p: Annotated[Number, Field(gt=0, le=1)] = 1.0
     seed: Annotated[StrictInt, Field(ge=0, lt=2**63)] = 0
     stop: Annotated[list[StopString], Field(max_length=8)] = []
+    return_tokens: StrictBool = False  # outputs also carry "token_ids", the generated tokens
 
     @model_validator(mode="after")
     def _one_source(self) -> GenerationInputs:

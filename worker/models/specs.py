@@ -98,6 +98,15 @@ class GenerativeConfig(_Config):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     _model_dir: Path | None = PrivateAttr(default=None)  # the spec's path, set by ModelSpec
 
+    @model_validator(mode="after")
+    def _default_within_limit(self) -> GenerativeConfig:
+        if self.default_max_new_tokens > self.max_new_tokens:
+            raise ValueError(
+                f"default_max_new_tokens ({self.default_max_new_tokens}) is above"
+                f" max_new_tokens ({self.max_new_tokens})"
+            )
+        return self
+
     def build(self) -> Adapter:
         # Imports transformers (seconds): only a registry with a generative model pays.
         from worker.models.generative import GenerativeAdapter, GenerativeLimits

@@ -1,0 +1,168 @@
+"""The engine alone (no Kafka): generate() equality, priority at every step, preemption
+that resumes the same tokens, and terminal events for stop strings, deadlines, cancels."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from generative_prompts import prompt
+
+from consumers.contract import Priority
+from worker.base.generation import GenerationItem, Sampling
+from worker.execution.generative.engine import Finished, GenerativeEngine, Job
+from worker.execution.generative.runtime import engine_of
+from worker.models import ModelRegistry
+from worker.models.generative_model import GenerativeModel
+from worker.settings import SchedulingConfig
+
+
+def _model(registry: ModelRegistry) -> GenerativeModel:
+    model = registry.get("tinylm")
+    assert isinstance(model, GenerativeModel)
+    return model
+
+
+def _engine(registry: ModelRegistry) -> GenerativeEngine:
+    return engine_of(_model(registry), lambda _bytes: None, SchedulingConfig().lane_shares())
+
+
+def _prompts(registry: ModelRegistry, n: int, seed: int) -> list[GenerationItem]:
+    """``n`` prompts of 4-48 tokens cut from license text, with 8-64 new tokens."""
+    adapter = _model(registry).generative_adapter
+    rng = random.Random(seed)
+    items = []
+    for _ in range(n):
+        text = prompt(rng, 2, 30)
+        items.append(adapter.prepare({"prompt": text, "max_new_tokens": rng.randint(8, 64)}))
+    return items
+
+
+async def _generate(
+    engine: GenerativeEngine, jobs: list[Job], started: list[float] | None = None
+) -> dict[str, Finished]:
+    loop = asyncio.get_running_loop()
+    ends: dict[str, asyncio.Future[Finished]] = {}
+    for job in jobs:
+        ends[job.request_id] = loop.create_future()
+        engine.submit(job, lambda _id, _c: None, ends[job.request_id].set_result)
+    return {rid: await end for rid, end in ends.items()}
+
+
+def _reference(model: GenerativeModel, item: GenerationItem) -> list[int]:
+    """One request alone through ``generate()``, greedy."""
+    ids = torch.tensor([item.prompt_ids])
+    eos = model.generative_adapter.eos_token_ids
+    with torch.inference_mode():
+        out = model.module.generate(  # type: ignore[operator]
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=item.sampling.max_new_tokens,
+            pad_token_id=eos[0],
+        )
+    return list(out[0, len(item.prompt_ids) :].tolist())
+
+
+async def test_greedy_tokens_equal_generate_one_at_a_time(tinylm_registry: ModelRegistry) -> None:
+    items = _prompts(tinylm_registry, 30, seed=1)
+    jobs = [Job(f"r{i}", Priority.NORMAL, it.prompt_ids, it.sampling) for i, it in enumerate(items)]
+    done = await _generate(_engine(tinylm_registry), jobs)
+    model = _model(tinylm_registry)
+    for i, item in enumerate(items):
+        reference = _reference(model, item)
+        assert list(done[f"r{i}"].token_ids) == reference, i
+        assert done[f"r{i}"].finish_reason == (
+            "eos" if len(reference) < item.sampling.max_new_tokens else "length"
+        )
+
+
+@pytest.fixture(scope="module")
+def small_kv(tinylm_registry_path: Path) -> ModelRegistry:
+    """The model with a KV cache of 12 blocks of 16 tokens (192 tokens: three long
+    sequences), so that sequences compete for blocks."""
+    text = tinylm_registry_path.read_text()
+    registry = tinylm_registry_path.with_name("small-kv.toml")
+    registry.write_text(
+        text.replace("kv_cache_bytes = 4194304", "kv_cache_bytes = 196608\npage_size = 16")
+    )
+    return ModelRegistry.from_toml(registry)
+
+
+async def test_preempted_sequences_resume_with_the_same_tokens(
+    tinylm_registry: ModelRegistry, small_kv: ModelRegistry
+) -> None:
+    prompt = _prompts(tinylm_registry, 1, seed=3)[0].prompt_ids[:8]
+    lows = [
+        Job(
+            f"low{i}", Priority.LOW, prompt, Sampling(48, temperature=0.0 if i % 2 else 0.9, seed=i)
+        )
+        for i in range(6)
+    ]
+    alone = {}
+    for job in lows:  # each sequence by itself: never preempted
+        alone.update(await _generate(_engine(small_kv), [job]))
+    engine = _engine(small_kv)
+    before = engine.book.preempted
+    crowd = asyncio.ensure_future(_generate(engine, lows))
+    while not engine.book.steps or engine.live < len(lows):
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.05)
+    highs = [Job(f"high{i}", Priority.HIGH, prompt, Sampling(40)) for i in range(3)]
+    high_done = await _generate(engine, highs)
+    low_done = await crowd
+    assert engine.book.preempted > before  # the high requests took blocks from low ones
+    for job in lows:
+        assert low_done[job.request_id].token_ids == alone[job.request_id].token_ids
+    assert all(f.finish_reason in ("eos", "length") for f in high_done.values())
+
+
+async def test_a_high_request_gets_its_first_token_before_the_low_backlog_ends(
+    tinylm_registry: ModelRegistry,
+) -> None:
+    engine = _engine(tinylm_registry)
+    items = _prompts(tinylm_registry, 24, seed=5)
+    lows = [Job(f"bl{i}", Priority.LOW, it.prompt_ids, Sampling(64)) for i, it in enumerate(items)]
+    backlog = asyncio.ensure_future(_generate(engine, lows))
+    while engine.book.steps < 3:
+        await asyncio.sleep(0.001)
+    submitted = time.monotonic()
+    high = (
+        await _generate(engine, [Job("urgent", Priority.HIGH, items[0].prompt_ids, Sampling(4))])
+    )["urgent"]
+    done = await backlog
+    assert high.first_token_s is not None and high.first_token_s > submitted
+    assert high.first_token_s < min(f.last_token_s or 0 for f in done.values())
+
+
+async def test_stop_strings_deadlines_and_cancels_end_with_a_terminal_event(
+    tinylm_registry: ModelRegistry,
+) -> None:
+    engine = _engine(tinylm_registry)
+    prompt = (
+        _model(tinylm_registry)
+        .generative_adapter.prepare("Permission is hereby granted")
+        .prompt_ids
+    )
+    loop = asyncio.get_running_loop()
+    ended: dict[str, asyncio.Future[Finished]] = {
+        k: loop.create_future() for k in ("stop", "late", "cancel")
+    }
+
+    def submit(job: Job) -> None:
+        engine.submit(job, lambda _i, _c: None, ended[job.request_id].set_result)
+
+    submit(Job("stop", Priority.NORMAL, prompt, Sampling(64, stop=("charge",))))
+    submit(Job("late", Priority.NORMAL, prompt, Sampling(64), deadline_s=time.monotonic() - 1))
+    submit(Job("cancel", Priority.NORMAL, prompt, Sampling(120)))
+    engine.cancel("cancel")
+    stop, late, cancel = [await ended[k] for k in ("stop", "late", "cancel")]
+    assert stop.finish_reason == "stop" and "charge" not in stop.text and stop.text.endswith("of ")
+    assert late.finish_reason == "expired" and late.token_ids == ()
+    assert cancel.finish_reason == "cancelled"
+    again = await _generate(engine, [Job("after", Priority.NORMAL, prompt, Sampling(8))])
+    assert again["after"].generated_tokens == 8  # the engine keeps serving
