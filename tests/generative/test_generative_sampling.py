@@ -7,7 +7,7 @@ import math
 import torch
 from transformers.generation.continuous_batching.requests import FutureRequestState, RequestState
 
-from worker.execution.generative.sampling import processors, tokens_generated, uniform
+from worker.execution.generative.sampling import draw_seed, processors, tokens_generated
 
 
 def _state(request_id: str, generated: int = 0, **kwargs: float | int) -> FutureRequestState:
@@ -27,9 +27,9 @@ def _pick(rows: list[FutureRequestState], scores: torch.Tensor) -> list[int]:
 
 
 def test_the_draw_depends_on_seed_and_index_only() -> None:
-    draws = {uniform(seed, k) for seed in range(20) for k in range(20)}
-    assert len(draws) == 400 and all(0.0 <= u < 1.0 for u in draws)
-    assert uniform(7, 3) == uniform(7, 3)
+    seeds = {draw_seed(seed, k) for seed in range(20) for k in range(20)}
+    assert len(seeds) == 400 and all(0 <= s < 2**31 for s in seeds)
+    assert draw_seed(7, 3) == draw_seed(7, 3)
 
 
 def test_a_sampled_row_picks_the_same_token_whatever_shares_its_step() -> None:

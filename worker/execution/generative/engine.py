@@ -27,6 +27,7 @@ from transformers.generation.continuous_batching.continuous_api import OutputRou
 from transformers.generation.continuous_batching.requests import GenerationOutput
 
 from consumers.contract import Priority
+from worker.base.blocking import own_thread
 from worker.base.generation import Sampling
 from worker.execution.generative.sampling import processors
 from worker.execution.generative.step_scheduler import LaneBook, register
@@ -236,7 +237,10 @@ class GenerativeEngine:
                 log.warning("the generation loop had stopped; starting a new one")
             self._started = True
             self._router.loop = asyncio.get_running_loop()
-            self._manager.start()
+            # transformers starts its loop thread as a non-daemon, and a thread takes
+            # that from the thread that starts it: started from a daemon, a loop nobody
+            # stopped never holds up the process's exit.
+            own_thread("generation-start", self._manager.start).join()
         return self._manager
 
     # -- requests (on the event loop) --------------------------------------------------
