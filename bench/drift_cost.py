@@ -19,8 +19,8 @@ from pydantic import JsonValue
 
 from consumers.contract import InferenceRequest, Priority
 from consumers.records import RawRecord, SourceRef
+from worker.base.outcomes import completed
 from worker.base.pending import Batch, BatchRun, ItemResult, Pending
-from worker.delivery.outcomes import completed
 from worker.drift.accumulate import WindowAccumulator
 from worker.drift.observe import observe
 from worker.models import ClassifierAdapter

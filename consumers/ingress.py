@@ -15,7 +15,8 @@ fetch's max wait (Tansu sees a record that lands meanwhile only at its next look
 about half the wait later), so a short wait is a poll: a cost in CPU on both sides,
 paid only where it buys latency. The group's consumer waits longer while its owner says
 it is busy (``pace_bulk``), and the urgent reader once its topics have been quiet for
-``URGENT_QUIET_AFTER_S``; its first record after that switches it back.
+``URGENT_QUIET_AFTER_S``; its first record after that switches it back. ``FetchWaits``
+holds the four waits, tuned to the embedded broker.
 """
 
 from __future__ import annotations
@@ -23,16 +24,38 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
+from consumers.config import KafkaConfig
 from consumers.offsets import TopicPartitionKey
 from consumers.records import RawRecord, SourceRef
-from consumers.security import KafkaSecurity
 
 PartitionsCallback = Callable[[set[TopicPartitionKey]], Awaitable[None]]
 
 URGENT_QUIET_AFTER_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class FetchWaits:
+    """Longest a fetch waits at the broker, per consumer and pace, in ms.
+
+    Tansu looks for data as a fetch comes, then after sleeping half the time left, and
+    so on: a record that lands meanwhile waits for the next look, up to about half the
+    wait (aiokafka's default 500 ms gave p50 150 ms). Polls cost CPU in the worker and
+    the broker: an idle worker and its Tansu took 0.2 cores with ``bulk`` and ``urgent``
+    alone.
+    """
+
+    bulk: int = 20  # the group's consumer
+    urgent: int = 5  # the high topic's reader: a high record waits about half of this
+    # The group's consumer while its owner is busy (a bulk lane behind, or every bulk
+    # topic paused): what it brings would only wait.
+    busy_bulk: int = 100
+    # The high topic's reader once quiet for URGENT_QUIET_AFTER_S (its next fetch after
+    # a record waits ``urgent`` again).
+    quiet_urgent: int = 25
 
 
 class _Pace:
@@ -67,46 +90,38 @@ class _Listener(ConsumerRebalanceListener):
 class Ingress:
     def __init__(
         self,
-        *,
         bootstrap: str,
+        config: KafkaConfig,
+        *,
         topics: list[str],
         urgent_topics: set[str],
-        group_id: str,
-        client_id: str,
-        max_records: int,
-        max_wait_ms: int,
-        max_message_bytes: int,
-        session_timeout_ms: int,
-        urgent_max_wait_ms: int | None = None,
-        busy_max_wait_ms: int | None = None,
-        quiet_max_wait_ms: int | None = None,
-        security: KafkaSecurity | None = None,
+        waits: FetchWaits = FetchWaits(),
     ) -> None:
         self._topics = topics
         self._urgent = urgent_topics
-        self._max_records = max_records
+        self._max_records = config.fetch_max_records
         common = {
             "bootstrap_servers": bootstrap,
-            "client_id": client_id,
+            "client_id": config.client_id,
             "enable_auto_commit": False,  # we commit only what is durable
             "auto_offset_reset": "earliest",
-            "fetch_max_wait_ms": max_wait_ms,
+            "fetch_max_wait_ms": waits.bulk,
             # Oversized records must still arrive, so that they can be dead-lettered.
-            "max_partition_fetch_bytes": max(1_048_576, 2 * max_message_bytes),
-            **(security or KafkaSecurity()).aiokafka_kwargs(),
+            "max_partition_fetch_bytes": max(1_048_576, 2 * config.max_message_bytes),
+            **config.security.aiokafka_kwargs(),
         }
+        session_ms = config.session_timeout_ms
         self._consumer = AIOKafkaConsumer(
-            group_id=group_id,
-            session_timeout_ms=session_timeout_ms,
-            heartbeat_interval_ms=max(1000, session_timeout_ms // 10),
+            group_id=config.group_id,
+            session_timeout_ms=session_ms,
+            heartbeat_interval_ms=max(1000, session_ms // 10),
             **common,
         )
-        urgent_wait_ms = urgent_max_wait_ms or max_wait_ms
-        urgent = {**common, "fetch_max_wait_ms": urgent_wait_ms}
+        urgent = {**common, "fetch_max_wait_ms": waits.urgent}
         self._urgent_reader = AIOKafkaConsumer(**urgent) if urgent_topics else None
-        self._bulk_pace = _Pace(self._consumer, max_wait_ms, busy_max_wait_ms or max_wait_ms)
+        self._bulk_pace = _Pace(self._consumer, waits.bulk, waits.busy_bulk)
         self._urgent_pace = (
-            _Pace(self._urgent_reader, urgent_wait_ms, quiet_max_wait_ms or urgent_wait_ms)
+            _Pace(self._urgent_reader, waits.urgent, waits.quiet_urgent)
             if self._urgent_reader is not None
             else None
         )

@@ -14,6 +14,8 @@ from worker.facade import Worker
 from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
 from worker.ops.metrics import WorkerMetrics
+from worker.scheduling.controller import Policy
+from worker.scheduling.lanes import Lanes
 from worker.settings import WorkerSettings
 
 
@@ -55,14 +57,17 @@ async def serve(
     *,
     stop: asyncio.Event | None = None,
     metrics: WorkerMetrics | None = None,
+    lanes: Lanes | None = None,
+    policy: Policy | None = None,
 ) -> None:
-    """Run until SIGINT/SIGTERM (or ``stop``), then drain and exit cleanly."""
+    """Run until SIGINT/SIGTERM (or ``stop``), then drain and exit cleanly. ``lanes``
+    and ``policy``: a benchmark's baselines (``Worker``)."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await Worker(settings, registry, metrics=metrics).run(stop)
+        await Worker(settings, registry, metrics=metrics, lanes=lanes, policy=policy).run(stop)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

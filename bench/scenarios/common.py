@@ -111,13 +111,16 @@ async def read_for(reader: ResultsReader, service: Service, seconds: float) -> N
 
 
 def inferlane(
-    ctx: Context, database: Path, extra: tuple[str, ...] | None = None
+    ctx: Context,
+    database: Path,
+    extra: tuple[str, ...] | None = None,
+    baseline: str | None = None,
 ) -> Callable[[str], list[str]]:
     """``inferlane run`` on a broker, with the run's torch threads and worker flags
-    (or ``extra`` instead of the flags)."""
+    (or ``extra`` instead of the flags); a ``baseline`` runs ``bench.baseline_worker``."""
     flags = ctx.worker_args if extra is None else extra
     return lambda bootstrap: inferlane_command(
-        bootstrap, database, torch_threads=ctx.torch_threads, extra=flags
+        bootstrap, database, torch_threads=ctx.torch_threads, extra=flags, baseline=baseline
     )
 
 

@@ -138,9 +138,9 @@ async def measure(ctx: Context, model: str, single_lane: bool, low: int) -> Meas
     system = "inferlane-single-lane" if single_lane else "inferlane-lanes"
     db = ctx.path(f"priority-{model}-{system}.db")
     db.unlink(missing_ok=True)
-    extra = (*ctx.worker_args, "--single-lane") if single_lane else ctx.worker_args
+    command = inferlane(ctx, db, baseline="single-lane" if single_lane else None)
     log = ctx.path(f"logs/priority-{model}-{system}.log")
-    async with on_fresh_broker(inferlane(ctx, db, extra), log) as (bootstrap, reader, service):
+    async with on_fresh_broker(command, log) as (bootstrap, reader, service):
         await publish(bootstrap, TOPICS.low, workloads.records(model, low, prefix="bulk"))
         build_high()
         await read_while_alive(reader, service, 1, timeout_s=plan.timeout_s)

@@ -183,8 +183,11 @@ async def measure(
     if size:
         extra = (*extra, "--max-batch", size)
     log = ctx.path(f"logs/step_load-{model}-{name}.log")
-    system = on_fresh_broker(inferlane(ctx, db, extra), log)
-    with worker_env(INFERLANE_SCHEDULING__POLICY=kind):  # the worker reads it at start
+    # naive is a baseline the bench passes to the worker; fixed is a setting.
+    baseline = "naive" if kind == "naive" else None
+    system = on_fresh_broker(inferlane(ctx, db, extra, baseline), log)
+    policy = None if baseline else kind
+    with worker_env(INFERLANE_SCHEDULING__POLICY=policy):  # the worker reads it at start
         async with system as (bootstrap, reader, service):
             prod = producer(bootstrap)
             await prod.start()

@@ -17,7 +17,8 @@ from aiokafka.protocol.fetch import FetchRequest
 from kafka import KafkaProducer
 
 from consumers import ingress as ingress_module
-from consumers.ingress import Ingress
+from consumers.config import KafkaConfig
+from consumers.ingress import FetchWaits, Ingress
 from consumers.offsets import TopicPartitionKey
 from consumers.records import RawRecord
 from consumers.topics import ensure_topics
@@ -27,20 +28,12 @@ URGENT, BULK = "urgent", "bulk"
 
 
 def ingress(bootstrap: str) -> Ingress:
-    return Ingress(
-        bootstrap=bootstrap,
-        topics=[URGENT, BULK],
-        urgent_topics={URGENT},
-        group_id="g",
-        client_id="c",
-        max_records=100,
-        max_wait_ms=10,
-        urgent_max_wait_ms=10,
-        busy_max_wait_ms=200,
-        quiet_max_wait_ms=200,
-        max_message_bytes=4096,
+    config = KafkaConfig(
+        group_id="g", client_id="c", fetch_max_records=100, max_message_bytes=4096,
         session_timeout_ms=6_000,
-    )
+    )  # fmt: skip
+    waits = FetchWaits(bulk=10, urgent=10, busy_bulk=200, quiet_urgent=200)
+    return Ingress(bootstrap, config, topics=[URGENT, BULK], urgent_topics={URGENT}, waits=waits)
 
 
 async def started(bootstrap: str) -> tuple[Ingress, asyncio.Event]:

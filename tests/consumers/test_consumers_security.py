@@ -10,6 +10,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from consumers.client import InferlaneClient
+from consumers.config import KafkaConfig
 from consumers.egress import Egress
 from consumers.ingress import Ingress
 from consumers.security import KafkaSecurity
@@ -36,17 +37,12 @@ def sasl_ssl(mechanism: str = "SCRAM-SHA-512") -> KafkaSecurity:
 
 
 def ingress(security: KafkaSecurity) -> Ingress:
+    config = KafkaConfig(group_id="g", client_id="c", fetch_max_records=10, security=security)
     return Ingress(
-        bootstrap=NOWHERE,
+        NOWHERE,
+        config,
         topics=["t", "urgent"],
         urgent_topics={"urgent"},  # read by a second consumer: it must get the settings too
-        group_id="g",
-        client_id="c",
-        max_records=10,
-        max_wait_ms=10,
-        max_message_bytes=1024,
-        session_timeout_ms=10_000,
-        security=security,
     )
 
 

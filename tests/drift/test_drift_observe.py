@@ -17,8 +17,8 @@ from storage import ResultStore
 from storage.drift_records import CATEGORICAL, OUTPUT, WindowDelta
 from storage.drift_windows import read_windows
 from tests.drift.drift_factories import tracker
+from worker.base.outcomes import completed
 from worker.base.pending import Batch, BatchRun, ItemResult, Outcome
-from worker.delivery.outcomes import completed
 from worker.drift.observe import observe
 from worker.models import ClassifierAdapter
 

@@ -14,8 +14,8 @@ from bench.drift_cost import digits_batch
 from storage import ResultStore
 from storage.drift_windows import read_flags, read_windows
 from storage.reference_checks import deviant_checks
+from worker.base.outcomes import completed
 from worker.base.pending import BatchRun, ItemResult
-from worker.delivery.outcomes import completed
 from worker.drift.metrics import DriftMetrics
 from worker.drift.reference import deviation, sampled
 from worker.drift.tracker import DriftTracker

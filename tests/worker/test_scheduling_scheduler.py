@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from consumers.contract import Priority
 from worker.base.pending import Batch, BatchRun, ItemResult
 from worker.models import ModelRegistry
-from worker.scheduling.controller import START_CAP
+from worker.scheduling.controller import START_CAP, Policy
 from worker.scheduling.lanes import Lanes
 from worker.scheduling.scheduler import Scheduler
 from worker.settings import SchedulingConfig
@@ -20,6 +20,7 @@ def make(
     registry: ModelRegistry,
     now: list[float],
     metrics: CollectorRegistry | None = None,
+    policy: Policy | None = None,
     **config: object,
 ) -> tuple[Scheduler, Lanes]:
     lanes = Lanes(capacity=100_000)
@@ -30,6 +31,7 @@ def make(
         max_batch=256,
         metrics=metrics or CollectorRegistry(),
         clock=lambda: now[0],
+        policy=policy,
     )
     return scheduler, lanes
 

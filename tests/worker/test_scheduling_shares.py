@@ -11,6 +11,7 @@ from consumers.contract import Priority
 from worker.scheduling.batcher import Batcher
 from worker.scheduling.lanes import CostBudget, Lane, Lanes
 from worker.scheduling.shares import LaneShares
+from worker.settings import BatchConfig
 
 HIGH, NORMAL, LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW
 SHARES = {HIGH: 0.70, NORMAL: 0.25, LOW: 0.05}
@@ -20,7 +21,7 @@ def backlogged_batcher(limit: int = 4) -> tuple[Lanes, Batcher]:
     lanes = Lanes(capacity=100_000)
     batcher = Batcher(
         lanes,
-        max_wait_s=0.01,
+        BatchConfig(max_wait_ms=10, swap_patience_ms=0),
         limit=lambda *_: limit,
         grouped=lambda _: False,
         shares=LaneShares(SHARES, window=100),

@@ -15,7 +15,7 @@ from worker.models import ModelRegistry
 from worker.scheduling.batcher import Batcher
 from worker.scheduling.lanes import LANE_ORDER, Lanes
 from worker.scheduling.scheduler import Scheduler
-from worker.settings import SchedulingConfig
+from worker.settings import BatchConfig, SchedulingConfig
 
 MODEL = "digits"
 
@@ -46,7 +46,8 @@ def test_low_batches_run_in_measured_slices_with_identical_results(
         clock=lambda: now[0],
     )
     measure_slices(scheduler, demo_registry)
-    batcher = Batcher(lanes, max_wait_s=0.005, limit=scheduler.limit, grouped=lambda _: False)
+    config = BatchConfig(max_wait_ms=5, swap_patience_ms=0)
+    batcher = Batcher(lanes, config, limit=scheduler.limit, grouped=lambda _: False)
     requests = digits_requests(95)
     low = [as_pending(demo_registry, r, Priority.LOW) for r in requests[:-1]]
     high = as_pending(demo_registry, requests[-1], Priority.HIGH)

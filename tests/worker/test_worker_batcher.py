@@ -10,15 +10,17 @@ from consumers.contract import Priority
 from worker.base.pending import Pending
 from worker.scheduling.batcher import Batcher, BatchPlan
 from worker.scheduling.lanes import LANE_ORDER, Lanes
+from worker.settings import BatchConfig
 
 MAX_WAIT = 0.010
+CONFIG = BatchConfig(max_wait_ms=MAX_WAIT * 1000, swap_patience_ms=0)
 HIGH, NORMAL, LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW
 LANES = [HIGH, NORMAL, LOW]
 
 
 def make(limit: int = 4, *, grouped: bool = False, single_lane: bool = False):
     lanes = Lanes(capacity=100, single_lane=single_lane)
-    batcher = Batcher(lanes, max_wait_s=MAX_WAIT, limit=lambda *_: limit, grouped=lambda _: grouped)
+    batcher = Batcher(lanes, CONFIG, limit=lambda *_: limit, grouped=lambda _: grouped)
     return lanes, batcher
 
 
@@ -172,9 +174,7 @@ def test_grouped_models_batch_by_similar_cost() -> None:
 def test_the_cap_is_per_model() -> None:
     lanes = Lanes(capacity=100)
     caps = {"small": 1, "big": 5}
-    batcher = Batcher(
-        lanes, max_wait_s=MAX_WAIT, limit=lambda m, _: caps[m], grouped=lambda _: False
-    )
+    batcher = Batcher(lanes, CONFIG, limit=lambda m, _: caps[m], grouped=lambda _: False)
     fill(lanes, *[pending("small", received_s=0.0) for _ in range(3)])
     plan = batcher.plan(0.0, idle=())  # full at one item: closes at once
     assert plan.batch is not None and len(plan.batch) == 1
@@ -248,11 +248,10 @@ def test_a_model_on_the_device_goes_before_an_older_request_for_a_cold_one() -> 
     lanes = Lanes(capacity=100)
     batcher = Batcher(
         lanes,
-        max_wait_s=MAX_WAIT,
+        BatchConfig(max_wait_ms=MAX_WAIT * 1000, swap_patience_ms=200),
         limit=lambda *_: 4,
         grouped=lambda _: False,
         resident=lambda model: model == "warm",
-        patience_s=0.2,
     )
     fill(lanes, pending("cold", received_s=1.00), pending("warm", received_s=1.01))
 
@@ -266,11 +265,10 @@ def test_a_cold_model_waits_no_longer_than_the_patience() -> None:
     lanes = Lanes(capacity=100)
     batcher = Batcher(
         lanes,
-        max_wait_s=MAX_WAIT,
+        BatchConfig(max_wait_ms=MAX_WAIT * 1000, swap_patience_ms=200),
         limit=lambda *_: 4,
         grouped=lambda _: False,
         resident=lambda model: model == "warm",
-        patience_s=0.2,
     )
     fill(lanes, pending("cold", received_s=1.00), pending("warm", received_s=1.01))
 

@@ -38,7 +38,7 @@ def test_env_sets_top_level_and_nested_fields(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("INFERLANE_BATCHING__MAX_BATCH", "32")
     monkeypatch.setenv("INFERLANE_BATCHING__MAX_WAIT_MS", "2.5")
     monkeypatch.setenv("INFERLANE_TOPICS__HIGH", "urgent")
-    monkeypatch.setenv("INFERLANE_LANES__SINGLE_LANE", "true")
+    monkeypatch.setenv("INFERLANE_SINK__WRITE_PROCESS", "true")
 
     s = WorkerSettings()
 
@@ -48,7 +48,7 @@ def test_env_sets_top_level_and_nested_fields(monkeypatch: pytest.MonkeyPatch) -
     assert s.batching.max_wait_s == pytest.approx(0.0025)
     assert s.batching.prefetch == 2  # the rest of the group keeps its defaults
     assert s.topics.high == "urgent" and s.topics.normal == "inferlane.requests"
-    assert s.lanes.single_lane is True
+    assert s.sink.write_process is True
 
 
 def test_arguments_win_over_env(monkeypatch: pytest.MonkeyPatch) -> None:

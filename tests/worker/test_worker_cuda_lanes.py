@@ -17,10 +17,10 @@ from pydantic import JsonValue
 
 from consumers.contract import Priority
 from worker.base.pending import Batch
+from worker.execution.choose import choose_executor
 from worker.execution.cuda_lanes import InFlightCap, lane_priorities
 from worker.execution.executor import ThreadExecutor, run_batch
 from worker.execution.host_buffers import HostBuffers
-from worker.facade import choose_executor
 from worker.models import LoadedModel, ModelRegistry
 from worker.scheduling.lanes import lane_of
 from worker.settings import ComputeConfig

@@ -9,8 +9,8 @@ from pipeline_factories import classifier, pending, record
 
 from consumers.contract import ErrorInfo, Priority, Status
 from consumers.errors import BadInput, UnknownModel
+from worker.base.outcomes import completed, expired, rejected
 from worker.base.pending import Batch, BatchRun, ItemResult
-from worker.delivery.outcomes import completed, expired, rejected
 
 OK_OUT = {"label": 2, "probs": [0.1, 0.2, 0.7]}
 

@@ -75,15 +75,13 @@ def root(
         )
 
 
-def _settings(**flags: Any) -> WorkerSettings:
+def settings_from_flags(**flags: Any) -> WorkerSettings:
     """Env and defaults, overridden by the flags that were given."""
     given = {k: v for k, v in flags.items() if v is not None}
     nested: dict[str, dict[str, Any]] = {}
     for key in ("max_batch", "max_wait_ms"):
         if key in given:
             nested.setdefault("batching", {})[key] = given.pop(key)
-    if given.pop("single_lane", False):
-        nested.setdefault("lanes", {})["single_lane"] = True
     if "group_id" in given:
         nested.setdefault("kafka", {})["group_id"] = given.pop("group_id")
     if "partitions" in given:
@@ -107,7 +105,6 @@ def run(
     max_batch: Annotated[int | None, typer.Option(help="Largest batch.")] = None,
     max_wait_ms: Annotated[float | None, typer.Option(help="Longest wait to fill a batch.")] = None,
     partitions: Annotated[int | None, typer.Option(help="Partitions of topics we create.")] = None,
-    single_lane: Annotated[bool, typer.Option(help="One FIFO lane (a baseline).")] = False,
     torch_threads: Annotated[int | None, typer.Option(help="torch intra-op threads.")] = None,
     http_port: HttpPort = None,
     http_host: HttpHost = None,
@@ -125,7 +122,7 @@ def run(
 
     _terminate_like_ctrl_c()
     configure(log_format)
-    settings = _settings(
+    settings = settings_from_flags(
         bootstrap=bootstrap,
         database_url=database,
         models=models,
@@ -133,7 +130,6 @@ def run(
         max_batch=max_batch,
         max_wait_ms=max_wait_ms,
         partitions=partitions,
-        single_lane=single_lane,
         torch_threads=torch_threads,
         http_port=http_port if http_port is not None else metrics_port,
         http_host=http_host,
@@ -246,7 +242,7 @@ def demo(
     from worker.launch import with_broker
 
     url = database or DEMO_DATABASE
-    settings = _settings(
+    settings = settings_from_flags(
         database_url=url, bootstrap=os.environ.get("INFERLANE_BOOTSTRAP"), http_port=http_port
     )
     if http_port is not None:

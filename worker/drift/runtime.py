@@ -6,11 +6,12 @@ finished batch (``observe``), stop.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Engine
 
-from worker.base.pending import Batch, Labelled, Outcome
+from worker.base.pending import Batch, BatchRun, Labelled, Outcome
 from worker.drift.labels import LabelJoiner
 from worker.drift.metrics import DriftMetrics
 from worker.drift.tracker import DriftTracker
@@ -79,6 +80,9 @@ class Drift:
 
     def observe(self, batch: Batch, outcomes: list[Outcome]) -> None:
         self._tracker.observe(batch, outcomes)
+
+    def batch_done(self, batch: Batch, run: BatchRun, outcomes: Sequence[Outcome]) -> None:
+        self._tracker.observe(batch, list(outcomes))
 
     async def stop(self) -> None:
         if self._labels is not None:

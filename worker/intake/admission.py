@@ -20,8 +20,8 @@ from consumers.contract import InferenceRequest, Priority
 from consumers.decode import DecodeFailure, decode
 from consumers.errors import InferlaneError, ReplyToNotAllowed
 from consumers.records import RawRecord
+from worker.base.outcomes import rejected
 from worker.base.pending import Outcome, Pending
-from worker.delivery.outcomes import rejected
 from worker.models import Adapter
 
 

@@ -28,10 +28,14 @@ from worker.models.specs import ModelSpec, refuse_world_writable
 
 # Modules imported from a registry's folder enter sys.modules one at a time.
 _IMPORT_LOCK = threading.Lock()
+# torch.export.load keeps its deserializer in a process global: two loads at once (two
+# registries' loader threads, as two workers in one process have) fail an assertion.
+_EXPORT_LOAD_LOCK = threading.Lock()
 
 
 def load_export(spec: ModelSpec) -> Callable[..., Any]:
-    program = torch.export.load(spec.path)
+    with _EXPORT_LOAD_LOCK:
+        program = torch.export.load(spec.path)
     check_batch_dimension(program, spec)
     # Exported modules are already inference graphs; they refuse .eval().
     return program.module()

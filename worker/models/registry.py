@@ -187,6 +187,15 @@ class ModelRegistry:
         item = model.adapter.prepare(model.adapter.example())
         model.run([item] * min(batch_size, model.max_batch))
 
+    def warm_every(self) -> None:
+        """Load and warm every model; one that fails is logged, and its requests fail
+        as model_error while the others serve."""
+        for name in self.names():
+            try:
+                self.warmup(name)
+            except Exception:
+                log.exception("model %r failed to load or warm up", name)
+
     def record_input(self, name: str, inputs: JsonValue) -> None:
         """A served request's inputs: a later load checks an optimization on them too."""
         self._samples.record(name, inputs)

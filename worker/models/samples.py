@@ -4,8 +4,11 @@ adapter's example (an optimization can agree on a zero example and not on real d
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 
 from pydantic import JsonValue
+
+from worker.base.pending import Batch, BatchRun, Outcome
 
 KEEP = 8
 
@@ -25,3 +28,16 @@ class InputSamples:
 
     def of(self, model: str) -> list[JsonValue]:
         return list(self._by_model.get(model, ()))
+
+
+class ServedInputs:
+    """A batch observer: one served input of each batch goes to ``record`` (the
+    registry's samples), so a later load checks an optimization on it too."""
+
+    def __init__(self, record: Callable[[str, JsonValue], None]) -> None:
+        self._record = record
+
+    def batch_done(self, batch: Batch, run: BatchRun, outcomes: Sequence[Outcome]) -> None:
+        served = next((i for i, o in enumerate(outcomes) if o.result and not o.result.error), None)
+        if served is not None:
+            self._record(batch.model, batch.items[served].request.inputs)

@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import Future, wait
 from datetime import UTC, datetime
 
@@ -26,7 +27,7 @@ from sqlalchemy import Engine
 from storage import StoreUnavailable
 from storage.rollouts import RolloutConflict, RolloutRecord, RolloutStore
 from worker.base.blocking import off_loop, own_thread
-from worker.base.pending import Batch, Outcome
+from worker.base.pending import Batch, BatchRun, Outcome
 from worker.models import Adapter, ClassifierAdapter, ModelRegistry, TextEmbeddingAdapter
 from worker.models.specs import candidate_key
 from worker.ops.metrics import WorkerMetrics
@@ -114,12 +115,12 @@ class Rollouts:
 
     # -- the hot path ------------------------------------------------------------------
 
-    def observe(self, batch: Batch, outcomes: list[Outcome]) -> None:
+    def batch_done(self, batch: Batch, run: BatchRun, outcomes: Sequence[Outcome]) -> None:
         """On the event loop: queue a finished batch of a model under rollout."""
         if self._active and batch.items:
             active = self._active.get(batch.items[0].request.model)
             if active is not None:
-                self._comparer.submit(active, batch, outcomes)
+                self._comparer.submit(active, batch, list(outcomes))
 
     # -- the poll ----------------------------------------------------------------------
 

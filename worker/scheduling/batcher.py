@@ -19,6 +19,7 @@ from consumers.contract import Priority
 from worker.base.pending import Batch, Pending
 from worker.scheduling.lanes import LANE_ORDER, CostBudget, Lane, Lanes
 from worker.scheduling.shares import LaneShares
+from worker.settings import BatchConfig
 
 
 @dataclass(slots=True)
@@ -32,24 +33,24 @@ class Batcher:
     def __init__(
         self,
         lanes: Lanes,
+        config: BatchConfig,
         *,
-        max_wait_s: float,
         limit: Callable[[str, Priority], int],
         grouped: Callable[[str], bool],
         max_cost: Callable[[str], int | None] = lambda _: None,
         shares: LaneShares | None = None,
         resident: Callable[[str], bool] = lambda _: True,
-        patience_s: float = 0.0,
         riders: bool = True,
     ) -> None:
+        """``config``: its ``max_wait_ms`` and ``swap_patience_ms``."""
         self._lanes = lanes
-        self._max_wait_s = max_wait_s
+        self._max_wait_s = config.max_wait_s
         self._limit = limit  # batch size cap per model and lane (the controller moves it)
         self._grouped = grouped  # whether a model's inputs vary in length
         self._max_cost = max_cost  # padded size cap per model (tokens, items)
         self._shares = shares
         self._resident = resident  # whether a model is on the device
-        self._patience_s = patience_s
+        self._patience_s = config.swap_patience_s
         self._riders = riders  # whether lower lanes' items fill a batch's room
 
     def plan(

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from prometheus_client import CollectorRegistry
 
 from consumers.contract import Priority
-from worker.base.pending import Batch, BatchRun, Pending
+from worker.base.pending import Batch, BatchRun, Outcome, Pending
 from worker.models import ModelRegistry
-from worker.scheduling.controller import BatchController, Observation
+from worker.scheduling.controller import BatchController, Observation, Policy
 from worker.scheduling.curve import ThroughputCurve
 from worker.scheduling.lanes import LANE_ORDER, Lanes, lane_of
 from worker.scheduling.metrics import SchedulingMetrics
@@ -40,8 +40,11 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         slices: bool = True,
         lanes_apart: bool = False,
+        policy: Policy | None = None,
     ) -> None:
+        """``policy``: the controllers' (a benchmark's baseline); None: ``config.policy``."""
         self.config = config
+        self._policy: Policy = policy or config.policy
         self._registry = registry
         self._lanes = lanes
         self._clock = clock
@@ -67,7 +70,7 @@ class Scheduler:
         if controller is None:
             spec = self._registry.spec(model)
             controller = BatchController(
-                spec.scheduling, min(self._max_batch, spec.max_batch), policy=self.config.policy
+                spec.scheduling, min(self._max_batch, spec.max_batch), policy=self._policy
             )
             self._controllers[model] = controller
             self._curves[model] = ThroughputCurve()
@@ -142,6 +145,14 @@ class Scheduler:
         now = self._clock()
         if now - self._decided_s >= self.config.decide_every_ms / 1000:
             self.decide(now)
+
+    def batch_done(self, batch: Batch, run: BatchRun, outcomes: Sequence[Outcome]) -> None:
+        """A batch observer: its run feeds the controller; items that came back expired
+        (their deadline passed while it waited for the compute thread) are counted."""
+        self.finished(batch, run)
+        late = [p for p, r in zip(batch.items, run.results, strict=True) if r.expired]
+        if late:
+            self.expired(late)
 
     def expired(self, items: Iterable[Pending]) -> None:
         self._metrics.count(self._metrics.expired, items)

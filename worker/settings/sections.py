@@ -9,8 +9,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from consumers.config import KafkaConfig
 from consumers.contract import Priority
-from consumers.security import KafkaSecurity
 from worker.base.backoff import Backoff
 from worker.settings.drift_thresholds import DriftThresholds
 
@@ -36,45 +36,6 @@ class TopicConfig(_Frozen):
 
     def reply_to_allowed(self, topic: str) -> bool:
         return topic == self.results or re.fullmatch(self.reply_to_pattern, topic) is not None
-
-
-class KafkaConfig(_Frozen):
-    group_id: str = "inferlane"
-    client_id: str = "inferlane-worker"
-    # Records one fetch hands over: the event loop turns each into a record object in
-    # one go, so this bounds how long a bulk fetch holds the loop (and a high record).
-    fetch_max_records: int = Field(default=500, ge=1)
-    # Longest a fetch waits for data. Tansu looks for data as a fetch comes, then after
-    # sleeping half the time left, and so on: a record that lands meanwhile waits for
-    # the next look, up to about half of this (aiokafka's default 500 ms gave p50 150 ms).
-    fetch_max_wait_ms: int = Field(default=20, ge=1)
-    # The same for the high topic's own reader: a high record waits in the broker for
-    # its next look, up to about half of this. Shorter costs an empty fetch round trip
-    # that often while it is idle.
-    urgent_fetch_max_wait_ms: int = Field(default=5, ge=1)
-    # Polls cost CPU in the worker and the broker (an idle worker and its Tansu took
-    # 0.2 cores with the two waits above alone).
-    # The group's consumer waits this long while a bulk lane is behind (not empty for
-    # 1 s) or every bulk topic is paused: what it brings would only wait...
-    busy_fetch_max_wait_ms: int = Field(default=100, ge=1)
-    # ...and the high topic's reader once it has had no record for 10 s (its next fetch
-    # after a record waits urgent_fetch_max_wait_ms again).
-    quiet_urgent_fetch_max_wait_ms: int = Field(default=25, ge=1)
-    # The group's offsets go to Kafka at most this often, the newest durable ones each
-    # time (SQL holds them for restarts; Kafka's copy is for the group's tools).
-    commit_interval_ms: int = Field(default=200, ge=1)
-    max_message_bytes: int = Field(default=1_048_576, ge=1024)  # larger requests: rejected
-    # Tansu holds a join for about half of this: short keeps startup and rebalances quick.
-    session_timeout_ms: int = Field(default=10_000, ge=6_000)
-    linger_ms: int = 2
-    # How long to wait for an unknown topic (a reply_to) before refusing its records.
-    metadata_timeout_ms: int = Field(default=10_000, ge=100)
-    security: KafkaSecurity = KafkaSecurity()  # TLS and SASL, for every client
-
-    @property
-    def max_request_bytes(self) -> int:
-        """Produce requests carry a whole rejected record back out, with headers."""
-        return 2 * self.max_message_bytes + 65_536
 
 
 class BatchConfig(_Frozen):
@@ -108,7 +69,6 @@ class LaneConfig(_Frozen):
     max_in_flight_bytes: int = Field(default=64 * 2**20, ge=1024)
     # Share of that budget only the high topic may use: bulk topics pause before it.
     high_reserve: float = Field(default=0.1, ge=0, lt=1)
-    single_lane: bool = False  # FIFO baseline: every request in one lane
     # Longest a rebalance waits for the revoked partitions' started work to be durable.
     rebalance_drain_s: float = Field(default=10.0, gt=0)
 
@@ -168,9 +128,9 @@ class SchedulingConfig(_Frozen):
     """The scheduler (docs/SCHEDULING.md): batch controller, lane shares, deadlines, slices."""
 
     # adaptive: utilization + queue depth + measured throughput curve + latency guard;
-    # naive: the practitioners' rule alone (a baseline: it collapses under backlog);
-    # fixed: the cap stays at max_batch.
-    policy: Literal["adaptive", "naive", "fixed"] = "adaptive"
+    # fixed: the cap stays at max_batch. (The bench's naive baseline is no setting:
+    # bench.baseline_worker passes it to the worker.)
+    policy: Literal["adaptive", "fixed"] = "adaptive"
     decide_every_ms: float = Field(default=250.0, gt=0)  # controller tick
     busy_window_s: float = Field(default=2.0, gt=0)  # CPU probe: busy fraction over this
     nvml_every_s: float = Field(default=0.5, gt=0)  # GPU probe: NVML read period

@@ -1,8 +1,15 @@
-"""Turn what happened to a request into its Outcome: a result and/or a dead letter."""
+"""Turn what happened to a request into its Outcome: a result and/or a dead letter.
+
+Intake ends a record it rejects here, the dispatch step a batch it ran or items whose
+deadline passed; delivery takes the outcomes from there.
+"""
 
 from __future__ import annotations
 
 import time
+from typing import Protocol
+
+from pydantic import JsonValue
 
 from consumers.contract import (
     ErrorInfo,
@@ -15,7 +22,12 @@ from consumers.contract import (
 from consumers.errors import BadInput, Expired, InferlaneError, ReplyToNotAllowed
 from consumers.records import DeadLetter, RawRecord
 from worker.base.pending import Batch, BatchRun, Labelled, Outcome, Pending
-from worker.models import Adapter
+
+
+class Labels(Protocol):
+    """The part of a model's adapter that turns an output and its label into a drift row."""
+
+    def drift(self, output: JsonValue, expected: JsonValue) -> Labelled | None: ...
 
 
 def _ms(seconds: float) -> float:
@@ -63,7 +75,7 @@ def expired(pending: Pending, now_s: float) -> Outcome:
     return Outcome(pending.record, result=result, reply_to=request.reply_to)
 
 
-def completed(batch: Batch, run: BatchRun, adapter: Adapter) -> list[Outcome]:
+def completed(batch: Batch, run: BatchRun, adapter: Labels) -> list[Outcome]:
     """One outcome per item, in batch order; an item's own failure stays its own."""
     done_s = run.started_s + run.compute_s
     compute = _ms(run.compute_s)
@@ -105,10 +117,10 @@ def completed(batch: Batch, run: BatchRun, adapter: Adapter) -> list[Outcome]:
     return outcomes
 
 
-def _drift(adapter: Adapter, request: InferenceRequest, outputs: object) -> Labelled | None:
+def _drift(adapter: Labels, request: InferenceRequest, outputs: JsonValue) -> Labelled | None:
     if request.expected is None:
         return None
     try:
-        return adapter.drift(outputs, request.expected)  # type: ignore[arg-type]
+        return adapter.drift(outputs, request.expected)
     except BadInput:  # admission checked the label; one that fits no output is left out
         return None
