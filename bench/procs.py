@@ -29,17 +29,27 @@ def _pythonpath() -> str:
 
 
 def inferlane_command(
-    bootstrap: str, database: Path, *, torch_threads: int, extra: tuple[str, ...] = ()
+    bootstrap: str,
+    database: Path,
+    *,
+    torch_threads: int,
+    extra: tuple[str, ...] = (),
+    baseline: str | None = None,
 ) -> list[str]:
-    """``inferlane run``: the console script installed beside this interpreter."""
+    """``inferlane run``: the console script installed beside this interpreter; with a
+    ``baseline``, ``bench.baseline_worker`` (the same flags)."""
     script = Path(sys.executable).with_name("inferlane")
     if not script.exists():
         raise FileNotFoundError(f"{script} not found: install the repo (pip install -e .)")
+    start = [str(script), "run"]
+    if baseline is not None:
+        start = [sys.executable, "-m", "bench.baseline_worker", baseline]
     return [
-        str(script), "run",
+        *start,
         "--bootstrap", bootstrap,
         "--database", f"sqlite:///{database}",
         "--torch-threads", str(torch_threads),
+        "--http-port", "0",  # no HTTP unless ``extra`` names a port (its later flag wins)
         *extra,
     ]  # fmt: skip
 

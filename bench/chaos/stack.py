@@ -105,6 +105,7 @@ class Stack:
             "--database", self.worker_url,
             "--models", str(self.registry),
             "--torch-threads", "1",
+            "--http-port", "0",  # workers side by side; nothing here reads their HTTP
         ]  # fmt: skip
         worker = WorkerProcess(command, self.workdir / f"worker-{len(self.workers)}.log")
         self.workers.append(worker)

@@ -134,8 +134,7 @@ async def measure(ctx: Context, model: str, backlog: int) -> Measured:
     log = ctx.path(f"logs/sparse_priority-{model}.log")
     per_window = [gaps(seed, plan.sparse_window_s) for seed in range(plan.sparse_windows)]
     every = [g for w in per_window for g in w]
-    # No HTTP port: another worker on this machine may hold the default one.
-    command = inferlane(ctx, db, (*ctx.worker_args, "--http-port", "0"))
+    command = inferlane(ctx, db)
     async with on_fresh_broker(command, log) as (bootstrap, reader, service):
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
         await producer.start()

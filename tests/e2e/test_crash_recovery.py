@@ -48,6 +48,8 @@ def start_worker(
             f"sqlite:///{db}",
             "--max-batch",
             "64",
+            "--http-port",
+            "0",
         ],
         env=env,
         stdout=subprocess.DEVNULL,

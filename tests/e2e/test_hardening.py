@@ -111,6 +111,13 @@ HOSTILE: list[tuple[str | None, dict[str, Any] | bytes, str, str, str]] = [
     ),
     ("h-object", {"model": "digits", "inputs": {"a": [1]}}, "rejected", "bad_input", "inputs"),
     ("h-strings", {"model": "diabetes", "inputs": ["1"] * 10}, "rejected", "bad_input", "strings"),
+    (
+        "h-bad-label",
+        {"model": "digits", "inputs": [0] * 64, "expected": "seven"},
+        "rejected",
+        "bad_label",
+        "class label 0..9",
+    ),
     # Hostile, yet servable: these must come back ok.
     ("h-nul-text", {"model": "minilm", "inputs": "a\x00b"}, "ok", "", ""),
     (
@@ -120,7 +127,6 @@ HOSTILE: list[tuple[str | None, dict[str, Any] | bytes, str, str, str]] = [
         "",
         "",
     ),
-    ("h-bad-label", {"model": "digits", "inputs": [0] * 64, "expected": "seven"}, "ok", "", ""),
     # Its result outgrows a Kafka record: the Kafka copy keeps id and status, says why.
     (
         "h-big-result",
