@@ -1,0 +1,139 @@
+"""``python -m bench.sql_rows``: how fast ``ResultStore.write`` stores a job's rows.
+
+The rows are a local job's own: digits over ``--rows`` input rows, scored through the
+job path (``worker.jobs.rows.window_result``), one ``ok`` result row (outputs as the
+pre-serialized JSON a Kafka request gets) and one drift row per input row. They are
+built once; then each database gets them written in transactions of ``--window`` rows
+(repeat it: ``--window 4096,32768``; 32,768 is a numeric job's checkpoint window, 4,096
+the Ray Data bench's batch), timed per write, into a fresh SQLite file and a fresh
+PostgreSQL database: first as new rows, then the same rows again (every row a
+conflict: what a resumed window or a Ray batch run twice writes). Each pass is checked
+afterwards: one result and one drift row per id. The figure is input rows per second
+of ``write`` alone (binding, driver, database), the median of ``--rounds`` rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.parquet as pq
+from sqlalchemy import text
+
+from bench.jobs import digits_parquet
+from bench.jobs_scaleout import pg_database
+from storage import DriftRow, ResultRow, ResultStore, make_engine
+from worker.cli.registry import load_registry
+from worker.demo.models import ensure_demo_models
+from worker.jobs.batch_size import BatchSizer
+from worker.jobs.decode import Columns, decode
+from worker.jobs.rows import window_result
+from worker.jobs.sources import Window
+
+
+def job_rows(rows: int) -> tuple[list[ResultRow], list[DriftRow]]:
+    """A digits job's result and drift rows for ``rows`` input rows, one window."""
+    registry = load_registry(ensure_demo_models())
+    model = registry.get("digits")
+    with tempfile.TemporaryDirectory(prefix="bench-sql-") as tmp:
+        table = pq.read_table(digits_parquet(Path(tmp) / "digits.parquet", rows))
+    window = Window(0, table)
+    decoded = decode(window, model.adapter, Columns(("inputs",), "id", "label"))
+    sizer = BatchSizer(registry.spec("digits").scheduling, model.max_batch)
+    result = window_result("bench", window, decoded, model, sizer)
+    assert len(result.results) == len(result.drift) == rows
+    return result.results, result.drift
+
+
+@contextmanager
+def database(kind: str) -> Iterator[str]:
+    if kind == "postgresql":
+        with pg_database() as url:
+            yield url
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-sql-") as tmp:
+        yield f"sqlite:///{Path(tmp) / 'rows.db'}"
+
+
+def _written(store: ResultStore, results: list[ResultRow], drift: list[DriftRow], n: int) -> float:
+    """Rows per second of writing ``results`` and ``drift`` in transactions of ``n`` rows."""
+    spent = 0.0
+    for start in range(0, len(results), n):
+        part, part_drift = results[start : start + n], drift[start : start + n]
+        started = time.perf_counter()
+        store.write(part, part_drift, [])
+        spent += time.perf_counter() - started
+    return len(results) / spent
+
+
+def _stored(url: str) -> tuple[int, int, int]:
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        total, distinct = conn.execute(
+            text("SELECT COUNT(*), COUNT(DISTINCT request_id) FROM inference_results")
+        ).one()
+        drift = conn.execute(text("SELECT COUNT(*) FROM inference_log")).scalar_one()
+    engine.dispose()
+    return total, distinct, drift
+
+
+def one_pass(
+    kind: str, window: int, rows: tuple[list[ResultRow], list[DriftRow]]
+) -> dict[str, Any]:
+    results, drift = rows
+    with database(kind) as url:
+        with ResultStore(url) as store:  # migrated here, before the timing
+            new = _written(store, results, drift, window)
+            again = _written(store, results, drift, window)
+        stored = _stored(url)
+    if stored != (len(results),) * 3:
+        raise AssertionError(f"{kind}: stored (rows, ids, drift rows) {stored}, not {len(results)}")
+    return {"new_rows_per_s": round(new), "rewritten_rows_per_s": round(again)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.sql_rows", description=__doc__)
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--window", default="4096,32768", help="rows per write, comma-separated")
+    parser.add_argument("--databases", default="sqlite,postgresql")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("bench/out"))
+    args = parser.parse_args(argv)
+    windows = [int(w) for w in args.window.split(",")]
+    kinds = args.databases.split(",")
+    rows = job_rows(args.rows)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for n in range(args.rounds):
+        for kind in kinds:  # interleaved, so that each round sees the machine alike
+            for window in windows:
+                result = one_pass(kind, window, rows)
+                runs.setdefault(f"{kind} {window}", []).append(result)
+                print(f"round {n + 1}: {kind}, {window} rows per write: {result}", flush=True)
+    summary = {
+        key: {
+            what: {
+                "median": statistics.median(r[what] for r in results),
+                "range": [min(r[what] for r in results), max(r[what] for r in results)],
+            }
+            for what in ("new_rows_per_s", "rewritten_rows_per_s")
+        }
+        for key, results in runs.items()
+    }
+    for key, figures in summary.items():
+        print(f"{key}: " + ", ".join(f"{w} {f['median']} {f['range']}" for w, f in figures.items()))
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "sql_rows.json"
+    report = {"rows": args.rows, "rounds": runs, "summary": summary}
+    path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
