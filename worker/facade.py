@@ -15,7 +15,6 @@ from types import TracebackType
 
 from consumers.offsets import TopicPartitionKey
 from storage import ResultStore
-from storage.write_process import WriterProcess
 from worker.base.blocking import off_loop
 from worker.base.pending import Batch, Outcome, Pending
 from worker.base.steps import bounded, cancelled
@@ -42,7 +41,8 @@ from worker.settings import WorkerSettings
 
 
 class Worker:
-    """``async with Worker(settings, registry) as w: await w.wait()``; or ``run(stop)``.
+    """``async with Worker(settings, registry) as w: await w.wait()``; or
+    ``worker.launch.run_until(worker, stop)``.
     ``lanes`` and ``policy`` stand in for the priority lanes and the batch controller's
     policy: a benchmark's baselines (``bench.baseline_worker``)."""
 
@@ -90,7 +90,7 @@ class Worker:
             observers=self._observers, finish=output.finish, count=self.metrics.batch,
             failed=self._fail,
         )  # fmt: skip
-        self._intake = Intake(
+        self.intake = Intake(  # also what the ops surface reads of the intake
             settings, registry, self._lanes, output.tracker, route=self._router.route,
             generation=self._generation, yield_to_high=self._yield, metrics=self.metrics,
             finish=output.finish, wake=self._dispatch.wake,
@@ -98,7 +98,6 @@ class Worker:
         self._ops = OpsServer(self, self.metrics, settings.ops)
         self._gc = GcSchedule(settings.gc, self.metrics.registry)
         self.store: ResultStore | None = None  # open from start() on
-        self._writer: WriterProcess | None = None
         self._drift: Drift | None = None
         self._rollouts: Rollouts | None = None
         self._job_chunks: ChunkService | None = None
@@ -122,16 +121,12 @@ class Worker:
         self.models_warm = True
         self._scheduler.start()
         self._gc.start()  # after the warm-up: what exists now lives as long as the process
-        if s.sink.write_process:
-            self._writer = WriterProcess(store, s.database_url, nice=s.sink.write_nice)
-            await off_loop(self._writer.start)
-        await self._output.start(
-            self._writer or store, commit=self._intake.commit, on_durable=self._intake.durable,
+        streams = await self._output.start(
+            store, commit=self.intake.commit, on_durable=self.intake.durable,
             yield_to_high=self._yield, adapter_for=self.registry.adapter,
             generated=self._generated,
         )  # fmt: skip
-        assert self._output.streams is not None
-        await self._intake.start(store, self._output.streams, self._output.commit_now)
+        await self.intake.start(store, streams, self._output.commit_now)
         if s.topics.jobs is not None:  # chunks of distributed jobs, below live traffic
             self._job_chunks = ChunkService(
                 s, self.registry, store, publish=self._output.publish,
@@ -141,28 +136,12 @@ class Worker:
         self._failed = asyncio.get_running_loop().create_future()
         self._executor.fail_into(self._failed)  # too many hung models: exit, get restarted
         dispatch = asyncio.create_task(self._dispatch.run(), name="inferlane-schedule")
-        self._tasks = [*self._intake.tasks(), dispatch, *self._output.tasks()]
-
-    # -- read-only views for the ops HTTP surface (worker.ops.view.WorkerView) ---------
+        self._tasks = [*self.intake.tasks(), dispatch, *self._output.tasks()]
 
     @property
     def assignment(self) -> set[TopicPartitionKey]:
         """The partitions this worker consumes now (empty before the group join)."""
-        return self._intake.assignment
-
-    def lane_depths(self) -> dict[str, int]:
-        return {lane.priority.value: len(lane) for lane in self._lanes}
-
-    def in_flight_bytes(self) -> int:
-        return self._intake.in_flight.bytes
-
-    def paused_partitions(self) -> set[TopicPartitionKey]:
-        return self._intake.paused_partitions()
-
-    async def consumer_lag(self) -> dict[TopicPartitionKey, int]:
-        return await self._intake.consumer_lag()
-
-    # -- lifecycle ---------------------------------------------------------------------
+        return self.intake.assignment
 
     async def wait(self) -> None:
         """Until a stage fails (its error is raised here) or the worker is stopped."""
@@ -175,9 +154,9 @@ class Worker:
         the database, broker or a model does: ``timeout_s`` for the drain, and at most
         the rest of it (or ``STEP_GRACE_S``) for each shutdown step."""
         deadline = time.monotonic() + timeout_s
-        self._intake.stop_accepting()
+        self.intake.stop_accepting()
         if drain:
-            await bounded(deadline, "drain", self._intake.settled())
+            await bounded(deadline, "drain", self.intake.settled())
         self._dispatch.closed = True
         await cancelled(self._tasks, deadline)
         await bounded(deadline, "the generative engines", self._generation.stop())
@@ -186,39 +165,19 @@ class Worker:
         await self._output.settle(deadline)
         if self._failed is not None and not self._failed.done():
             self._failed.cancel()
-        await bounded(deadline, "leaving the group", self._intake.stop())
+        await bounded(deadline, "leaving the group", self.intake.stop())
         await self._output.stop(deadline)
-        # Before the executor: the comparisons still queued run on it.
-        if self._rollouts is not None:
-            await bounded(deadline, "the rollouts", self._rollouts.stop())
-        if self._drift is not None:
-            await bounded(deadline, "the drift windows", self._drift.stop())
+        # The rollouts before the executor: the comparisons still queued run on it.
+        for name, part in (("the rollouts", self._rollouts), ("the drift windows", self._drift)):
+            if part is not None:
+                await bounded(deadline, name, part.stop())
         await bounded(deadline, "the executor", off_loop(self._executor.shutdown))
         await bounded(deadline, "the model store", off_loop(self.registry.close))
         self._scheduler.close()
         await self._gc.stop()
-        if self._writer is not None:
-            await bounded(deadline, "the SQL writer", off_loop(self._writer.close))
         if self.store is not None:
             await bounded(deadline, "the database", off_loop(self.store.close))
         await self._ops.stop()
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Serve until ``stop`` is set, then drain and shut down."""
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop(drain=False)  # close what the failed start opened (clients, port)
-            raise
-        waiter = asyncio.create_task(stop.wait())
-        serving = asyncio.create_task(self.wait())
-        try:
-            await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            await self.stop(drain=not serving.done())
-        if serving.done() and not serving.cancelled():
-            serving.result()  # a failed stage surfaces to the caller
 
     async def __aenter__(self) -> Worker:
         await self.start()

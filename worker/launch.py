@@ -51,6 +51,25 @@ def tune_process(settings: WorkerSettings) -> None:
         ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, 2)
 
 
+async def run_until(worker: Worker, stop: asyncio.Event) -> None:
+    """Serve until ``stop`` is set, then drain and shut down; a stage's failure is
+    raised here after the shutdown."""
+    try:
+        await worker.start()
+    except BaseException:
+        await worker.stop(drain=False)  # close what the failed start opened (clients, port)
+        raise
+    waiter = asyncio.create_task(stop.wait())
+    serving = asyncio.create_task(worker.wait())
+    try:
+        await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        await worker.stop(drain=not serving.done())
+    if serving.done() and not serving.cancelled():
+        serving.result()
+
+
 async def serve(
     settings: WorkerSettings,
     registry: ModelRegistry,
@@ -67,7 +86,8 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await Worker(settings, registry, metrics=metrics, lanes=lanes, policy=policy).run(stop)
+        worker = Worker(settings, registry, metrics=metrics, lanes=lanes, policy=policy)
+        await run_until(worker, stop)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

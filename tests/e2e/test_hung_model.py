@@ -16,6 +16,7 @@ from worker.demo.workload import digits_requests
 from worker.execution.compute_threads import ComputeUnhealthy
 from worker.facade import Worker
 from worker.intake.broker import EmbeddedBroker
+from worker.launch import run_until
 from worker.models import ModelRegistry
 from worker.settings import ComputeConfig
 
@@ -93,4 +94,4 @@ async def test_past_the_hung_thread_limit_the_worker_fails_for_a_restart(
     with InferlaneClient(broker.bootstrap) as client:
         await asyncio.to_thread(client.publish, hang_requests("u", 3, hang_at=1))
     with pytest.raises(ComputeUnhealthy):
-        await asyncio.wait_for(Worker(settings, hang_registry).run(stop), 120)
+        await asyncio.wait_for(run_until(Worker(settings, hang_registry), stop), 120)

@@ -15,6 +15,9 @@ from collections.abc import Callable, Sequence
 from consumers.egress import Egress, OutRecord, Refused
 from consumers.offsets import OffsetTracker, TopicPartitionKey
 from consumers.topics import ensure_topics
+from storage import ResultStore
+from storage.write_process import WriterProcess
+from worker.base.blocking import off_loop
 from worker.base.pending import Outcome, Pending
 from worker.base.steps import bounded
 from worker.delivery.chunks import ChunkPublisher
@@ -52,6 +55,7 @@ class Output:
         self._urgent_egress = egress(f"{kafka.client_id}-urgent", 0)
         self._done = CompletionQueue()
         self._delivery: Delivery | None = None  # made in start(): it needs the database
+        self._writer: WriterProcess | None = None
         self.streams: Streams | None = None  # likewise: it needs the producers
 
     def finish(self, outcomes: list[Outcome]) -> None:
@@ -63,23 +67,29 @@ class Output:
 
     async def start(
         self,
-        store: RowWriter,
+        store: ResultStore,
         *,
         commit: Commit,
         on_durable: Callable[[Sequence[Outcome]], None],
         yield_to_high: YieldToHigh,
         adapter_for: Callable[[str], Adapter],
         generated: Callable[[Pending, Outcome], None],
-    ) -> None:
-        """Create the topics, start the producers; ``store`` takes the rows, ``commit``
-        the offsets, ``on_durable`` each durable chunk, ``generated`` each generative
-        request's end."""
+    ) -> Streams:
+        """Create the topics, start the producers; ``store`` takes the rows (through a
+        child process with ``sink.write_process``), ``commit`` the offsets,
+        ``on_durable`` each durable chunk, ``generated`` each generative request's end.
+        Returns the streams of generative requests' chunks."""
         s = self._settings
         assert s.bootstrap is not None
+        rows: RowWriter = store
+        if s.sink.write_process:
+            self._writer = WriterProcess(store, s.database_url, nice=s.sink.write_nice)
+            await off_loop(self._writer.start)
+            rows = self._writer
         sink = Sink(
             egress=self._egress,
             urgent_egress=self._urgent_egress,
-            store=store,
+            store=rows,
             results_topic=s.topics.results,
             dead_letter_topic=s.topics.dead_letters,
             group_id=s.kafka.group_id,
@@ -108,6 +118,7 @@ class Output:
             config=s.sink,
         )
         self.streams = Streams(chunks, adapter_for, generated)
+        return self.streams
 
     def tasks(self) -> list[asyncio.Task[None]]:
         assert self._delivery is not None, "start() first"
@@ -129,3 +140,5 @@ class Output:
     async def stop(self, deadline: float) -> None:
         await bounded(deadline, "the producer", self._egress.stop())
         await bounded(deadline, "the urgent producer", self._urgent_egress.stop())
+        if self._writer is not None:
+            await bounded(deadline, "the SQL writer", off_loop(self._writer.close))

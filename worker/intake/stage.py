@@ -119,7 +119,14 @@ class Intake:
 
     @property
     def assignment(self) -> set[TopicPartitionKey]:
+        """The partitions this worker consumes now (empty before the group join)."""
         return self._ingress.assignment()
+
+    def lane_depths(self) -> dict[str, int]:
+        return {lane.priority.value: len(lane) for lane in self._lanes}
+
+    def in_flight_bytes(self) -> int:
+        return self.in_flight.bytes
 
     def paused_partitions(self) -> set[TopicPartitionKey]:
         return self._ingress.paused()

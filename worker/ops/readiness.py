@@ -124,11 +124,13 @@ class ReadinessProbe:
     async def check(self) -> Readiness:
         view = self._view
         try:
-            lag = await asyncio.wait_for(view.consumer_lag(), self._config.db_probe_timeout_s)
+            lag = await asyncio.wait_for(
+                view.intake.consumer_lag(), self._config.db_probe_timeout_s
+            )
         except Exception:  # mid-rebalance: judged by the other checks this time
             lag = {}
         database, broker = await asyncio.gather(self._database(), self._broker_error())
-        facts = Facts(len(view.assignment), view.models_warm, database, lag, broker)
+        facts = Facts(len(view.intake.assignment), view.models_warm, database, lag, broker)
         return decide(facts, max_lag=self._config.ready_max_lag)
 
     async def _database(self) -> str | None:

@@ -55,11 +55,12 @@ class LiveGauges(MetricSet):
 
     async def refresh(self, readiness: Readiness) -> None:
         view = self._view
-        for lane, depth in view.lane_depths().items():
+        intake = view.intake
+        for lane, depth in intake.lane_depths().items():
             self.lane_depth.labels(lane).set(depth)
-        self.in_flight_bytes.set(view.in_flight_bytes())
-        self.paused.set(len(view.paused_partitions()))
-        self.assigned.set(len(view.assignment))
+        self.in_flight_bytes.set(intake.in_flight_bytes())
+        self.paused.set(len(intake.paused_partitions()))
+        self.assigned.set(len(intake.assignment))
         self.ready.set(1 if readiness.ready else 0)
         for name, ok in readiness.checks.items():
             self.check.labels(name).set(1 if ok else 0)
@@ -73,7 +74,7 @@ class LiveGauges(MetricSet):
 
     async def _refresh_lag(self) -> None:
         try:
-            lag = await asyncio.wait_for(self._view.consumer_lag(), _LAG_TIMEOUT_S)
+            lag = await asyncio.wait_for(self._view.intake.consumer_lag(), _LAG_TIMEOUT_S)
         except Exception as exc:  # a rebalance under way, a partition just reset
             log.debug("consumer lag unavailable: %s", exc)
             return
