@@ -41,10 +41,8 @@ from worker.settings import WorkerSettings
 
 
 class Worker:
-    """``async with Worker(settings, registry) as w: await w.wait()``; or
-    ``worker.launch.run_until(worker, stop)``.
-    ``lanes`` and ``policy`` stand in for the priority lanes and the batch controller's
-    policy: a benchmark's baselines (``bench.baseline_worker``)."""
+    """``async with Worker(settings, registry) as w: await w.wait()``, or ``launch.run_until``.
+    ``lanes``, ``policy``: a benchmark's baselines (``bench.baseline_worker``)."""
 
     def __init__(
         self,
@@ -110,7 +108,9 @@ class Worker:
         await self._ops.start()  # first: /healthz and /readyz answer during the warm-up
         self.store = store = await off_loop(ResultStore, s.database_url)
         self.registry.watch()
-        self._drift = drift = await Drift.start(s, store.engine, self.registry, self.metrics)
+        self._drift = drift = await Drift.start(
+            s, store.engine, self.registry, self.metrics, compute_on=self._executor.submit
+        )
         self._rollouts = await Rollouts.start(
             store.engine, self.registry, self.metrics, s.rollout, self._router,
             compare_on=self._executor.submit,

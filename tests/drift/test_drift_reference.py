@@ -59,7 +59,7 @@ def _tracker(store: ResultStore, registry: ModelRegistry) -> DriftTracker:
         adapter_for=lambda model: ClassifierAdapter(64, 10),
         thresholds=lambda model: settings,
         metrics=DriftMetrics(CollectorRegistry()),
-        run_reference=lambda name, items: registry.get(name).run(items),
+        run_reference=lambda name, served: registry.get(name).run([p.item for p in served]),
     )
 
 

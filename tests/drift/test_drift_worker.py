@@ -1,5 +1,6 @@
-"""The worker end to end: a shift in live traffic is flagged within one window, and late
-labels join the drift log whether they come before or after their results."""
+"""The worker end to end: a shift in live traffic is flagged within one window, reference
+checks run beside the traffic, and late labels join the drift log whether they come
+before or after their results."""
 
 from __future__ import annotations
 
@@ -76,6 +77,30 @@ async def test_a_shift_in_live_traffic_is_flagged_within_one_window(
     # Caught in the first shifted window, and in every later one large enough to judge.
     assert after[0].start in flagged
     assert all(w.start in flagged for w in after if w.rows >= 50)
+
+
+async def test_reference_checks_run_in_a_serving_worker(
+    broker: EmbeddedBroker, db_url: str, demo_registry: ModelRegistry
+) -> None:
+    """Every digits request is checked against a reference model (digits itself, so
+    every check agrees); the checks run on the worker's executor, beside the traffic."""
+    thresholds = DriftThresholds(reference_model="digits", reference_share=1.0)
+    drift = DriftConfig(flush_s=0.2, labels_topic=None, thresholds=thresholds)
+    settings = settings_for(broker.bootstrap, db_url, drift=drift)
+    engine = make_engine(db_url)
+    requests = digits_requests(300, prefix="ref")
+
+    def checked() -> int:
+        return sum(w.ref_checked for w in read_windows(engine, model="digits"))
+
+    async with Worker(settings, demo_registry):
+        with InferlaneClient(broker.bootstrap) as client:
+            await asyncio.to_thread(client.publish, requests)
+        await _until(lambda: checked() >= len(requests))
+    windows = read_windows(engine, model="digits")
+    engine.dispose()
+    assert sum(w.ref_checked for w in windows) == len(requests)
+    assert sum(w.ref_deviant for w in windows) == 0
 
 
 def _labels(engine: Engine) -> int:

@@ -12,16 +12,15 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from pydantic import JsonValue
 
 from consumers.contract import Status
-from worker.base.pending import Batch, Outcome
+from worker.base.pending import Batch, Outcome, Pending
 from worker.settings.drift_thresholds import DriftThresholds
 
-# (reference model name, prepared items) -> its outputs, one per item.
-RunReference = Callable[[str, list[Any]], list[JsonValue]]
+# (reference model name, served requests) -> its outputs, one per request.
+RunReference = Callable[[str, list[Pending]], list[JsonValue]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +80,7 @@ def check_batch(
     ]
     if not chosen:
         return []
-    outputs = run(t.reference_model, [pending.item for pending, _ in chosen])
+    outputs = run(t.reference_model, [pending for pending, _ in chosen])
     return [
         ReferenceCheck(
             r.request_id,

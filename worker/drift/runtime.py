@@ -6,15 +6,18 @@ finished batch (``observe``), stop.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import JsonValue
 from sqlalchemy import Engine
 
-from worker.base.pending import Batch, BatchRun, Labelled, Outcome
+from worker.base.pending import Batch, BatchRun, Labelled, Outcome, Pending
 from worker.drift.labels import LabelJoiner
 from worker.drift.metrics import DriftMetrics
 from worker.drift.tracker import DriftTracker
+from worker.execution.aside import Submit, run_aside
 from worker.models import ModelRegistry
 from worker.ops.metrics import WorkerMetrics
 from worker.settings import WorkerSettings
@@ -33,8 +36,11 @@ class Drift:
         engine: Engine,
         registry: ModelRegistry,
         metrics: WorkerMetrics,
+        *,
+        compute_on: Submit,
     ) -> Drift | None:
-        """None when drift is disabled."""
+        """None when drift is disabled. ``compute_on``: the executor's ``submit``, where
+        reference checks run on the low lane."""
         config = settings.drift
         if not config.enabled:
             return None
@@ -52,7 +58,7 @@ class Drift:
             adapter_for=registry.adapter,
             thresholds=thresholds,
             metrics=drift_metrics,
-            run_reference=lambda name, items: registry.get(name).run(items),
+            run_reference=functools.partial(_on_executor, compute_on),
         )
         await tracker.start()
         labels = None
@@ -88,3 +94,13 @@ class Drift:
         if self._labels is not None:
             await self._labels.stop()
         await self._tracker.stop()
+
+
+def _on_executor(submit: Submit, model: str, served: list[Pending]) -> list[JsonValue]:
+    """A reference check's forward pass, on the executor's low lane; a request the
+    reference model fails fails the check (the tracker logs it)."""
+    run = run_aside(submit, model, served)
+    failed = next((r.error for r in run.results if r.error is not None), None)
+    if failed is not None:
+        raise RuntimeError(f"{failed.code}: {failed.message}")
+    return [r.outputs for r in run.results]

@@ -11,31 +11,27 @@ low lane, so it yields to the lanes that serve requests like any bulk batch.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import random
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import JsonValue
 
-from consumers.contract import Priority, Status
+from consumers.contract import Status
 from consumers.errors import BadInput
 from worker.base.blocking import own_thread
-from worker.base.pending import Batch, BatchRun, Outcome, Pending
+from worker.base.pending import Batch, Outcome, Pending
+from worker.execution.aside import Submit, run_aside
 from worker.models import Adapter
 from worker.rollout.stats import VersionStats
 from worker.settings.rollout_plan import Mode
 
 log = logging.getLogger(__name__)
-
-# The executor's ``submit``: a batch in, its ``BatchRun`` out.
-Submit = Callable[[Batch], Future[BatchRun]]
 
 
 class Role(StrEnum):
@@ -146,8 +142,7 @@ class Comparer:
         other_role = Role.PRIMARY if role == Role.CANDIDATE else Role.CANDIDATE
         other_key = rollout.model if other_role == Role.PRIMARY else rollout.candidate
         adapter = self._adapter_for(served_key)
-        items = [dataclasses.replace(p, serving=other_key, deadline_s=None) for p, _ in ok]
-        run = self._submit(Batch(other_key, items, time.monotonic(), lane=Priority.LOW)).result()
+        run = run_aside(self._submit, other_key, [p for p, _ in ok])
         ms = run.compute_s * 1000
         other, candidate = VersionStats(), VersionStats()
         for (pending, served_output), result in zip(ok, run.results, strict=True):

@@ -28,11 +28,12 @@ from storage import StoreUnavailable
 from storage.rollouts import RolloutConflict, RolloutRecord, RolloutStore
 from worker.base.blocking import off_loop, own_thread
 from worker.base.pending import Batch, BatchRun, Outcome
+from worker.execution.aside import Submit
 from worker.models import Adapter, ClassifierAdapter, ModelRegistry, TextEmbeddingAdapter
 from worker.models.specs import candidate_key
 from worker.ops.metrics import WorkerMetrics
 from worker.rollout.begin import begin
-from worker.rollout.compare import Active, Comparer, Role, Submit
+from worker.rollout.compare import Active, Comparer, Role
 from worker.rollout.decide import judge
 from worker.rollout.gates import GateValue, Measures, Pair, evaluate
 from worker.rollout.metrics import RolloutMetrics
