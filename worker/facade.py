@@ -58,7 +58,7 @@ class Worker:
         self.settings, self.metrics, self.registry = settings, metrics or WorkerMetrics(), registry
         registry.configure(settings.model_store, self.metrics.registry)
         self.metrics.label_models(registry.knows)  # made-up names share one label
-        self._lanes = lanes or Lanes(settings.lanes.capacity)
+        self._lanes = Lanes(settings.lanes.capacity) if lanes is None else lanes  # empty lanes are falsy
         # Bulk work waits while high requests are in the worker (one FIFO lane: never).
         share = None if self._lanes.single_lane else settings.scheduling.yield_share
         self._yield = YieldToHigh(share, metrics=self.metrics.registry)

@@ -8,12 +8,14 @@ from pathlib import Path
 
 from kafka import KafkaProducer
 
+from bench.drift_cost import digits_batch
 from consumers.client import InferlaneClient
 from consumers.contract import Priority, Status
 from worker.demo.workload import digits_requests
 from worker.facade import Worker
 from worker.intake.broker import EmbeddedBroker
 from worker.models import ModelRegistry
+from worker.scheduling.lanes import Lanes
 from worker.settings import WorkerSettings
 
 TOPIC = "inferlane.requests"
@@ -86,3 +88,22 @@ async def test_the_high_topic_is_served_on_the_high_lane_one_record_or_a_burst(
     assert all(r.status == Status.OK and r.priority == Priority.HIGH for r in served)
     assert rest["nope"].status == Status.REJECTED
     assert rest["nope"].error is not None and rest["nope"].error.code == "unknown_model"
+
+
+async def test_lanes_given_to_the_worker_are_the_ones_it_queues_in(
+    broker: EmbeddedBroker, tmp_path: Path, demo_registry: ModelRegistry
+) -> None:
+    """A benchmark's baseline passes its own (empty) lanes; the worker must keep them,
+    not make its default ones (the single-lane baseline once ran with lanes)."""
+    settings = WorkerSettings(
+        bootstrap=broker.bootstrap, database_url=f"sqlite:///{tmp_path}/store.db"
+    )
+    lanes = Lanes(64, single_lane=True)
+    worker = Worker(settings, demo_registry, lanes=lanes)
+    batch, _, _ = digits_batch(3)
+    for pending in batch.items:
+        lanes.push(pending)
+    try:
+        assert sum(worker.intake.lane_depths().values()) == 3
+    finally:
+        await worker.stop(drain=False)
