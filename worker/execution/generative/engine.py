@@ -257,10 +257,14 @@ class GenerativeEngine:
         live = _Live(job, stream, on_chunk, on_finished, now, now - time.perf_counter())
         self._live[job.request_id] = live
         self.book.add(job.request_id, job.lane)
+        if job.deadline_s is not None and job.deadline_s <= now:
+            self._finish(live, "expired")  # never started: a timer would race the first step
+            return
         if job.deadline_s is not None:
-            delay = max(0.0, job.deadline_s - now)
             loop = asyncio.get_running_loop()
-            live.timer = loop.call_later(delay, self.cancel, job.request_id, "expired")
+            live.timer = loop.call_later(
+                job.deadline_s - now, self.cancel, job.request_id, "expired"
+            )
         manager.add_request(
             list(job.prompt_ids),
             request_id=job.request_id,
