@@ -30,11 +30,9 @@ import orjson
 import pyarrow as pa
 import ray
 import torch
-from sqlalchemy import text
 
 from bench.jobs import digits_parquet
-from bench.jobs_scaleout import pg_database
-from storage import make_engine
+from bench.jobs_scaleout import pg_database, stored_rows
 from worker.cli.registry import load_registry
 from worker.demo.models import ensure_demo_models
 from worker.jobs.ray_data import Scorer
@@ -77,14 +75,8 @@ def _timed(ds: ray.data.Dataset, fn: type, kwargs: dict[str, Any], args: Any) ->
 
 
 def _once_in_sql(url: str, rows: int) -> bool:
-    engine = make_engine(url)
-    with engine.connect() as conn:
-        total, distinct = conn.execute(
-            text("SELECT COUNT(*), COUNT(DISTINCT request_id) FROM inference_results")
-        ).one()
-        drift = conn.execute(text("SELECT COUNT(*) FROM inference_log")).scalar_one()
-    engine.dispose()
-    return bool(total == distinct == drift == rows)
+    total, distinct, drift = stored_rows(url)
+    return total == distinct == drift == rows
 
 
 def one_round(ds: ray.data.Dataset, models: Path, args: Any, n: int) -> dict[str, Any]:

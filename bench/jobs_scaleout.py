@@ -221,3 +221,15 @@ def distributed_run(
         "each_row_once": rows["sql_results"] == rows["sql_distinct_ids"] == total,
         "cpu": used,
     }
+
+
+def stored_rows(url: str) -> tuple[int, int, int]:
+    """Result rows, distinct request ids among them, and drift rows in ``url``."""
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        total, distinct = conn.execute(
+            text("SELECT COUNT(*), COUNT(DISTINCT request_id) FROM inference_results")
+        ).one()
+        drift = conn.execute(text("SELECT COUNT(*) FROM inference_log")).scalar_one()
+    engine.dispose()
+    return int(total), int(distinct), int(drift)

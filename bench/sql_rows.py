@@ -25,11 +25,10 @@ from typing import Any
 
 import orjson
 import pyarrow.parquet as pq
-from sqlalchemy import text
 
 from bench.jobs import digits_parquet
-from bench.jobs_scaleout import pg_database
-from storage import DriftRow, ResultRow, ResultStore, make_engine
+from bench.jobs_scaleout import pg_database, stored_rows
+from storage import DriftRow, ResultRow, ResultStore
 from worker.cli.registry import load_registry
 from worker.demo.models import ensure_demo_models
 from worker.jobs.batch_size import BatchSizer
@@ -73,17 +72,6 @@ def _written(store: ResultStore, results: list[ResultRow], drift: list[DriftRow]
     return len(results) / spent
 
 
-def _stored(url: str) -> tuple[int, int, int]:
-    engine = make_engine(url)
-    with engine.connect() as conn:
-        total, distinct = conn.execute(
-            text("SELECT COUNT(*), COUNT(DISTINCT request_id) FROM inference_results")
-        ).one()
-        drift = conn.execute(text("SELECT COUNT(*) FROM inference_log")).scalar_one()
-    engine.dispose()
-    return total, distinct, drift
-
-
 def one_pass(
     kind: str, window: int, rows: tuple[list[ResultRow], list[DriftRow]]
 ) -> dict[str, Any]:
@@ -92,7 +80,7 @@ def one_pass(
         with ResultStore(url) as store:  # migrated here, before the timing
             new = _written(store, results, drift, window)
             again = _written(store, results, drift, window)
-        stored = _stored(url)
+        stored = stored_rows(url)
     if stored != (len(results),) * 3:
         raise AssertionError(f"{kind}: stored (rows, ids, drift rows) {stored}, not {len(results)}")
     return {"new_rows_per_s": round(new), "rewritten_rows_per_s": round(again)}
