@@ -7,11 +7,12 @@ from datetime import UTC
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 from storage_rows import NOW, drift, offset, result
 
 from storage import ResultStore, RowsRefused, StoreUnavailable, count_results, result_counts
+from storage.bulk import COPY_MIN_ROWS
 from storage.schema import inference_log, inference_results
 
 
@@ -142,3 +143,39 @@ def test_a_value_the_database_refuses_is_refused_for_good_without_its_parameters
     store.write([result("r2")], [], [offset("t", 0, 2)])  # nothing of the refused batch
     assert result_counts(store.engine) == {"ok": 1}
     assert store.committed_offsets("g") == {("t", 0): 2}
+
+
+def test_a_write_of_many_rows_stores_and_upserts_as_a_small_one(store: ResultStore) -> None:
+    """From COPY_MIN_ROWS rows on, PostgreSQL takes the rows by COPY: values round-trip
+    (JSON, SQL NULL, times), a replay overwrites, and a refused value refuses the write."""
+    n = COPY_MIN_ROWS + 10
+    outputs = {"label": 3, "scores": [0.25, 0.75], "text": "héllo\ttab\nline\\"}
+    first = [result(f"r{i}", outputs=outputs, source_offset=i) for i in range(n)]
+    first[1] = result("r1", outputs=None)
+    store.write(first, [drift(f"r{i}", float(i), 1.0) for i in range(n)], [offset("t", 0, n)])
+    store.write([result(f"r{i}", status="error", outputs=[i]) for i in range(0, n, 2)], [], [])
+
+    results = inference_results.c
+    with store.engine.connect() as conn:
+        rows = {r.request_id: r for r in conn.execute(select(inference_results))}
+        errors = conn.scalar(select(func.sum(inference_log.c.error)))
+        null_ids = conn.scalars(select(results.request_id).where(results.outputs.is_(None)))
+        nulls = null_ids.all()
+    assert len(rows) == n and count_results(store.engine) == n
+    assert rows["r0"].status == "error" and rows["r0"].outputs == [0]
+    assert rows["r3"].status == "ok" and rows["r3"].outputs == outputs
+    assert rows["r3"].source_offset == 3
+    assert nulls == ["r1"]  # SQL NULL, not the JSON text 'null'
+    created = rows["r3"].created_at
+    assert created.replace(tzinfo=created.tzinfo or UTC) == NOW
+    assert errors == sum(float(i) - 1.0 for i in range(n))
+    assert store.committed_offsets("g") == {("t", 0): n}
+
+    bad = [result(f"x{i}") for i in range(n)]
+    bad[-1] = result("x-last", model="m\x00")  # PostgreSQL refuses NUL in text
+    bad_drift = [drift(f"x{i}", float("nan") if i == 0 else 1.0, 1.0) for i in range(n)]
+    with pytest.raises(RowsRefused) as caught:  # SQLite refuses the NaN (NOT NULL)
+        store.write(bad, bad_drift, [offset("t", 0, n + 1)])
+    assert not caught.value.retriable
+    assert count_results(store.engine) == n
+    assert store.committed_offsets("g") == {("t", 0): n}
