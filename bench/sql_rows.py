@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from bench.jobs_scaleout import pg_database, stored_rows
 from storage import DriftRow, ResultRow, ResultStore
 from worker.cli.registry import load_registry
 from worker.demo.models import ensure_demo_models
+from worker.execution.aside import submit_rows
+from worker.execution.executor import ThreadExecutor
 from worker.jobs.batch_size import BatchSizer
 from worker.jobs.decode import Columns, decode
 from worker.jobs.rows import window_result
@@ -46,7 +49,10 @@ def job_rows(rows: int) -> tuple[list[ResultRow], list[DriftRow]]:
     window = Window(0, table)
     decoded = decode(window, model.adapter, Columns(("inputs",), "id", "label"))
     sizer = BatchSizer(registry.spec("digits").scheduling, model.max_batch)
-    result = window_result("bench", window, decoded, model, sizer)
+    executor = ThreadExecutor(registry.get)
+    forward = partial(submit_rows, executor.submit, "digits")
+    result = window_result("bench", window, decoded, model, sizer, forward)
+    executor.shutdown()
     assert len(result.results) == len(result.drift) == rows
     return result.results, result.drift
 

@@ -58,7 +58,7 @@ class Worker:
         self.settings, self.metrics, self.registry = settings, metrics or WorkerMetrics(), registry
         registry.configure(settings.model_store, self.metrics.registry)
         self.metrics.label_models(registry.knows)  # made-up names share one label
-        self._lanes = Lanes(settings.lanes.capacity) if lanes is None else lanes  # empty lanes are falsy
+        self._lanes = Lanes(settings.lanes.capacity) if lanes is None else lanes  # [] is falsy
         # Bulk work waits while high requests are in the worker (one FIFO lane: never).
         share = None if self._lanes.single_lane else settings.scheduling.yield_share
         self._yield = YieldToHigh(share, metrics=self.metrics.registry)
@@ -130,7 +130,7 @@ class Worker:
         if s.topics.jobs is not None:  # chunks of distributed jobs, below live traffic
             self._job_chunks = ChunkService(
                 s, self.registry, store, publish=self._output.publish,
-                before_batch=self._yield.hold, metrics=self.metrics.registry,
+                submit=self._executor.submit, metrics=self.metrics.registry,
             )  # fmt: skip
             await self._job_chunks.start()
         self._failed = asyncio.get_running_loop().create_future()

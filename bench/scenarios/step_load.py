@@ -186,8 +186,8 @@ async def measure(
     # naive is a baseline the bench passes to the worker; fixed is a setting.
     baseline = "naive" if kind == "naive" else None
     system = on_fresh_broker(inferlane(ctx, db, extra, baseline), log)
-    policy = None if baseline else kind
-    with worker_env(INFERLANE_SCHEDULING__POLICY=policy):  # the worker reads it at start
+    setting = None if baseline else kind
+    with worker_env(INFERLANE_SCHEDULING__POLICY=setting):  # the worker reads it at start
         async with system as (bootstrap, reader, service):
             prod = producer(bootstrap)
             await prod.start()

@@ -4,6 +4,7 @@ taken over when their holder stops beating, and committed only by their holder."
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from storage import ResultStore
 from storage.job_chunks import DONE, PENDING, STALLED, ChunkStore, Part, Span
 from storage.jobs import RUNNING, STALE_AFTER_S, JobConflict, JobStore, WindowCounts
 from storage.schema import job_chunks
+from worker.base.pending import Batch, BatchRun
+from worker.execution.executor import ThreadExecutor
 from worker.jobs.chunk_parts import ChunkParts, parts_folder
 from worker.jobs.chunk_run import ChunkRunner
 from worker.jobs.chunks import plan
@@ -130,10 +133,14 @@ def test_a_chunk_taken_over_mid_way_is_scored_once_into_sql_and_the_output(
         assert first is not None
         stop = threading.Event()
         batches = iter(range(1, 100))
-        # One batch per window: the holder stops after its second window.
-        runner = ChunkRunner(
-            demo_registry, store, before_batch=lambda: next(batches) == 2 and stop.set()
-        )
+        executor = ThreadExecutor(demo_registry.get)
+
+        def submit(batch: Batch) -> Future[BatchRun]:
+            if next(batches) == 2:  # one batch per window: the holder stops after two
+                stop.set()
+            return executor.submit(batch)
+
+        runner = ChunkRunner(demo_registry, store, submit)
         assert runner.run(first, stop) is False
         job = JobStore(store.engine).get("j")
         assert job is not None and job.checkpoint == 500
@@ -144,7 +151,8 @@ def test_a_chunk_taken_over_mid_way_is_scored_once_into_sql_and_the_output(
         _age_heartbeat(store, 0)
         second = chunks.claim("j", 0, "b:2")
         assert second is not None and second.checkpoint == 500
-        assert ChunkRunner(demo_registry, store).run(second, threading.Event()) is True
+        assert ChunkRunner(demo_registry, store, executor.submit).run(second, threading.Event())
+        executor.shutdown()
         assert export_job("j", store) == 1000
         with store.engine.connect() as conn:
             total, distinct = conn.execute(

@@ -1,18 +1,39 @@
 """Scoring a window: failing rows alone, text by length in batches the controller sizes,
-and every output back in row order."""
+every output back in row order, and every pass on the executor's compute thread."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
+from worker.execution.aside import submit_rows
+from worker.execution.executor import ThreadExecutor
 from worker.jobs.batch_size import BatchSizer
-from worker.jobs.compute import score
+from worker.jobs.compute import Forward, score
 from worker.models import Adapter, ClassifierAdapter, LoadedModel
 from worker.settings.controller_params import ControllerParams
+
+
+@pytest.fixture
+def on_executor() -> Iterator[Any]:
+    """Binds a model to a compute thread as jobs do: ``submit_rows`` on a ThreadExecutor."""
+    executors: list[ThreadExecutor] = []
+
+    def bind(model: LoadedModel, timeout_s: float | None = None) -> Forward:
+        executor = ThreadExecutor(lambda _: model, timeout_s_for=lambda _: timeout_s)
+        executors.append(executor)
+        return partial(submit_rows, executor.submit, model.name)
+
+    yield bind
+    for executor in executors:
+        executor.shutdown()
 
 
 def fussy(x: torch.Tensor) -> torch.Tensor:
@@ -24,10 +45,12 @@ def fussy(x: torch.Tensor) -> torch.Tensor:
     return logits
 
 
-def test_failing_and_non_finite_rows_are_isolated_and_the_rest_keep_their_order() -> None:
+def test_failing_and_non_finite_rows_are_isolated_and_the_rest_keep_their_order(
+    on_executor: Any,
+) -> None:
     model = LoadedModel("fussy", "1", fussy, ClassifierAdapter(2, 2), 4, torch.device("cpu"))
     items = np.array([[2, 1], [1, 2], [-1, 0], [3, 1], [101, 0], [0, 5], [1, 0]], dtype=np.float32)
-    scored = score(model, items, BatchSizer(ControllerParams(), 4, fixed=4))
+    scored = score(model, items, BatchSizer(ControllerParams(), 4, fixed=4), on_executor(model))
 
     assert scored.keep.tolist() == [True, True, False, True, False, True, True]
     assert sorted((i, code) for i, code, _ in scored.failures) == [
@@ -75,13 +98,15 @@ def numbered_texts(n: int) -> list[str]:
     return [f"{i} " + "x" * int(rng.integers(1, 80)) for i in range(n)]
 
 
-def test_text_is_scored_in_length_sorted_batches_and_comes_back_in_row_order() -> None:
+def test_text_is_scored_in_length_sorted_batches_and_comes_back_in_row_order(
+    on_executor: Any,
+) -> None:
     adapter = Numbered()
     model = LoadedModel("numbered", "1", lambda x: x, adapter, 16, torch.device("cpu"))
     texts = numbered_texts(500)
     sizer = BatchSizer(ControllerParams(max_batch_cost=16 * 60), 16)
 
-    scored = score(model, texts, sizer)
+    scored = score(model, texts, sizer, on_executor(model))
 
     assert scored.keep.all()
     assert scored.columns["embedding"].to_pylist() == [[float(i)] for i in range(500)]
@@ -137,3 +162,30 @@ def test_time_between_windows_is_not_taken_for_an_idle_device() -> None:
             now[0] += seconds(size)
             sizer.ran(size, 10, seconds(size), waiting=10_000)
     assert sizer.size == 16
+
+
+def test_every_pass_runs_on_the_executors_compute_thread_and_a_hung_one_fails_its_rows(
+    on_executor: Any,
+) -> None:
+    """Not on the job's thread: the executor's (its watchdog, nice value and lanes); a
+    pass past the compute timeout fails that batch's rows with model_timeout and the
+    next batch is scored."""
+    threads: list[str] = []
+
+    def slow_once(x: torch.Tensor) -> torch.Tensor:
+        threads.append(threading.current_thread().name)
+        if len(threads) == 1:
+            time.sleep(1.0)
+        return x.clone()
+
+    model = LoadedModel("slow", "1", slow_once, ClassifierAdapter(2, 2), 4, torch.device("cpu"))
+    items = np.array([[2, 1], [1, 2], [0, 3], [4, 1], [5, 0], [0, 5]], dtype=np.float32)
+    sizer = BatchSizer(ControllerParams(), 4, fixed=2)
+    scored = score(model, items, sizer, on_executor(model, 0.3))
+
+    assert threads and all(name.startswith("inferlane-compute-") for name in threads)
+    assert threading.current_thread().name not in threads
+    timed_out = [(i, code) for i, code, _ in scored.failures]
+    assert timed_out == [(0, "model_timeout"), (1, "model_timeout")]
+    assert scored.keep.tolist() == [False, False, True, True, True, True]
+    assert scored.columns["label"].to_pylist() == [1, 0, 0, 1]

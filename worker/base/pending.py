@@ -50,9 +50,12 @@ class Batch:
     # The lane it was formed from (the batcher sets it; one FIFO lane says normal);
     # None: its highest item's (see ``worker.scheduling.lanes.lane_of``).
     lane: Priority | None = None
+    # A job window's rows instead of requests (``items`` empty): a numeric matrix, or a
+    # list of prepared items. Its run carries the model's raw output, not item results.
+    rows: Any = field(default=None, repr=False)
 
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self.items) if self.rows is None else len(self.rows)
 
 
 @dataclass(slots=True)
@@ -74,6 +77,7 @@ class BatchRun:
     model_version: str | None
     started_s: float  # monotonic
     compute_s: float
+    output: Any = None  # a rows batch's raw model output; None if it was abandoned
 
 
 class Labelled(NamedTuple):

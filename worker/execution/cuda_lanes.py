@@ -130,7 +130,11 @@ class StreamLauncher:
         if self._cap is not None:
             cap, rank = self._cap
             permit = cap.holding(threading.current_thread().name, rank)
-        with permit:  # taken first: the batch's deadlines are checked once it may run
+        # A job window's rows run on this lane's stream too (``_run`` enters it for items).
+        rows_stream: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if batch.rows is not None:
+            rows_stream = torch.cuda.stream(self.stream)
+        with permit, rows_stream:  # permit first: deadlines are checked once it may run
             self._device_s = None
             run = run_batch(self._resolve, batch, self._run)
         if self._device_s is not None:

@@ -11,6 +11,10 @@ through ``fail_into``. Backends differ in where the forward pass runs: ``ThreadE
 on CPU threads (one, or one per lane with the lower lanes' at lower OS priorities);
 ``worker.execution.cuda_lanes.CudaLaneExecutor`` on one CUDA stream per lane, with stream
 priorities.
+
+A batch of a job window's rows (``Batch.rows``) runs on the low lane and resolves to the
+model's raw output (``BatchRun.output``) for the job to take apart itself; its failure
+is raised to the submitter, who isolates the failing rows (``worker.jobs.compute``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
+import numpy as np
 import torch
 from prometheus_client import CollectorRegistry
 from pydantic import JsonValue
@@ -148,7 +153,10 @@ class ThreadExecutor(SupervisedExecutor):
     model's batch goes to whichever of the first ``replicas_for(model)`` of its lane's
     threads has the fewest outstanding. With ``yield_to_high``, the lower lanes' threads
     wait before each batch while high requests are in the worker (lane threads only: one
-    shared thread would hold the high batch queued behind the waiting one)."""
+    shared thread would hold the high batch queued behind the waiting one). Job windows
+    (``Batch.rows``) have a thread of their own at the low lane's nice value on all of
+    torch's threads: a low lane split into replicas would halve a job's speed when no
+    live traffic competes for the cores."""
 
     def __init__(
         self,
@@ -169,6 +177,7 @@ class ThreadExecutor(SupervisedExecutor):
         if nice is None:
             one = Supervised(lambda: work)
             self._lanes = {lane: [one] for lane in LANE_ORDER}
+            self._rows = one
         else:
             threads = torch.get_num_threads()
             bulk = max(1, min(replicas, threads))
@@ -178,8 +187,13 @@ class ThreadExecutor(SupervisedExecutor):
                 hold = None if lane == Priority.HIGH or yield_to_high is None else yield_to_high
                 make = _lane_thread(work, nice=nice[lane], torch_threads=threads // n, hold=hold)
                 self._lanes[lane] = [Supervised(make) for _ in range(n)]
+            low = nice[Priority.LOW]
+            self._rows = Supervised(
+                _lane_thread(work, nice=low, torch_threads=threads, hold=yield_to_high)
+            )
             self.lanes_apart = self.preempts = True
         every = [t for lane_threads in self._lanes.values() for t in lane_threads]
+        every.append(self._rows)
         super().__init__(
             list(dict.fromkeys(every)),
             timeout_s_for=timeout_s_for,
@@ -211,6 +225,9 @@ class ThreadExecutor(SupervisedExecutor):
 
     def submit(self, batch: Batch) -> Future[BatchRun]:
         future: Future[BatchRun] = Future()
+        if batch.rows is not None:
+            self._rows.put(batch, future)
+            return future
         threads = self._lanes[lane_of(batch)]
         if self._replicas_for is not None:
             threads = threads[: self._replicas_for(batch.model)]
@@ -301,8 +318,13 @@ def run_batch(
     resolve: Callable[[str], LoadedModel], batch: Batch, run: RunItems = LoadedModel.run
 ) -> BatchRun:
     """Items whose deadline passed while the batch waited for the compute thread are
-    not computed: they come back ``expired``. ``run`` is the backend's forward pass."""
+    not computed: they come back ``expired``. ``run`` is the backend's forward pass.
+    A rows batch has no deadline; a model that cannot load or raises raises here."""
     started = time.monotonic()
+    if batch.rows is not None:
+        model = resolve(batch.model)
+        output = forward_rows(model, batch.rows)
+        return BatchRun([], model.version, started, time.monotonic() - started, output)
     alive = [p.deadline_s is None or p.deadline_s > started for p in batch.items]
     live = [p for p, ok in zip(batch.items, alive, strict=True) if ok]
     if not live:
@@ -315,6 +337,16 @@ def run_batch(
     computed = iter(run_isolating(partial(run, model), [p.item for p in live]))
     results = [next(computed) if ok else ItemResult(expired=True) for ok in alive]
     return BatchRun(results, model.version, started, time.monotonic() - started)
+
+
+def forward_rows(model: LoadedModel, rows: Any) -> Any:
+    """A job window's rows through ``model`` (a numeric matrix is already collated); a
+    tensor output comes back on the host, so the job's thread never waits on a device."""
+    if isinstance(rows, np.ndarray):
+        output = model.forward_collated(torch.from_numpy(rows))
+    else:
+        output = model.forward(rows)
+    return output.detach().cpu() if isinstance(output, torch.Tensor) else output
 
 
 def run_isolating(

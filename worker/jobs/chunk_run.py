@@ -11,11 +11,13 @@ next holder starts from the checkpoint, so every row is committed once.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 
 from storage import ResultStore
 from storage.job_chunks import ChunkStore, Claim, Part
 from storage.jobs import JobConflict, JobStore, WindowCounts
+from worker.execution.aside import Submit, submit_rows
 from worker.jobs.batch_size import BatchSizer
 from worker.jobs.chunk_parts import ChunkParts, parts_folder
 from worker.jobs.decode import Decoded, decode
@@ -27,22 +29,17 @@ from worker.models import ModelRegistry
 
 
 class ChunkRunner:
-    """Runs claimed chunks, one at a time, on the caller's thread. ``before_batch`` runs
-    before each forward pass. A batch sizer per model lives as long as the runner, so
-    what one chunk measured of the batch sizes carries over to the next."""
+    """Runs claimed chunks, one at a time, on the caller's thread; their forward passes
+    go to ``submit`` (the worker's executor, on its low lane). A batch sizer per model
+    lives as long as the runner, so what one chunk measured of the batch sizes carries
+    over to the next."""
 
-    def __init__(
-        self,
-        registry: ModelRegistry,
-        store: ResultStore,
-        *,
-        before_batch: Callable[[], None] | None = None,
-    ) -> None:
+    def __init__(self, registry: ModelRegistry, store: ResultStore, submit: Submit) -> None:
         self._registry = registry
         self._store = store
         self._jobs = JobStore(store.engine)
         self.chunks = ChunkStore(store.engine)
-        self._before_batch = before_batch
+        self._submit = submit
         self._sizers: dict[tuple[str, int | None], BatchSizer] = {}
 
     def run(self, claim: Claim, stop: threading.Event) -> bool:
@@ -55,6 +52,7 @@ class ChunkRunner:
         parts = ChunkParts(parts_folder(claim.job, params))
         parts.discard(claim)
         sizer = self._sizer(params)
+        forward = partial(submit_rows, self._submit, params.model)
         checkpoint = claim.checkpoint
         try:
             for window, decoded in prefetched(self._decoded(claim, params)):
@@ -67,9 +65,9 @@ class ChunkRunner:
                     decoded,
                     self._registry.get(params.model),  # loaded again if the store evicted it
                     sizer,
+                    forward,
                     sql_results=params.sql_results,
                     later=claim.end - end,
-                    before_batch=self._before_batch,
                 )
                 part = parts.write(claim, window.start, result.table, result.errors)
                 step = self.chunks.commit_window(

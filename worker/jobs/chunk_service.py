@@ -39,6 +39,7 @@ from storage.job_chunks import Claim
 from storage.jobs import HEARTBEAT_S
 from worker.base.blocking import off_loop, one_thread_pool
 from worker.base.metric_set import MetricSet, counter
+from worker.execution.aside import Submit
 from worker.execution.executor import lower_priority
 from worker.jobs.chunk_run import ChunkRunner
 from worker.jobs.chunks import ChunkDescriptor
@@ -75,14 +76,14 @@ class ChunkService:
         store: ResultStore,
         *,
         publish: Publish,
-        before_batch: Callable[[], None] | None = None,
+        submit: Submit,
         metrics: CollectorRegistry | None = None,
     ) -> None:
         assert settings.bootstrap is not None and settings.topics.jobs is not None
         self._settings = settings
         self._topic = settings.topics.jobs
         self._publish = publish
-        self._runner = ChunkRunner(registry, store, before_batch=before_batch)
+        self._runner = ChunkRunner(registry, store, submit)
         self._me = f"{socket.gethostname()}:{os.getpid()}"
         self._pool = one_thread_pool("job-chunk")
         self._niced = False  # the pool's thread runs at the low lane's nice value

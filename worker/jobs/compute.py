@@ -1,17 +1,20 @@
 """Score a window's prepared items in batches; outputs come back as Arrow columns.
 
-The forward pass is the registry's loaded model (the same module and adapter the
-worker serves). A batch that raises is bisected until the rows that fail alone are
-found, as the executor does; those rows become errors, the rest are scored. Text is
-sorted by the adapter's cost (the key the lanes group by) and cut into batches of the
-size the ``BatchSizer`` decides, within the model's padded size cap (the batcher's
-``CostBudget``); outputs are put back in row order.
+The forward passes run on an executor's low lane (``execution.aside.submit_rows``, the
+same module and adapter the worker serves), one batch submitted ahead. A batch that
+raises is bisected until the rows that fail alone are found, as the executor does;
+those rows become errors, the rest are scored; a batch abandoned past the model's
+compute timeout fails whole. Text is sorted by the adapter's cost (the key the lanes
+group by) and cut into batches of the size the ``BatchSizer`` decides, within the
+model's padded size cap (the batcher's ``CostBudget``); outputs are put back in row
+order.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +23,17 @@ import orjson
 import pyarrow as pa
 import torch
 
-from consumers.errors import ModelFailed, NonFiniteOutput
+from consumers.errors import ModelFailed, ModelTimeout, NonFiniteOutput
+from worker.base.pending import BatchRun
+from worker.execution.aside import rows_output
 from worker.execution.executor import item_error
 from worker.jobs.batch_size import BatchSizer
 from worker.models import ClassifierAdapter, LoadedModel, RegressorAdapter
 from worker.scheduling.lanes import CostBudget
+
+# A batch of a window's rows (a numeric matrix, or prepared items) in, its pass on the
+# executor out (``submit_rows`` bound to an executor and a registry key).
+Forward = Callable[[np.ndarray | list[Any]], Future[BatchRun]]
 
 
 @dataclass(slots=True)
@@ -45,13 +54,12 @@ def score(
     model: LoadedModel,
     items: np.ndarray | list[Any],
     sizer: BatchSizer,
+    forward: Forward,
     *,
     later: int = 0,
-    before_batch: Callable[[], None] | None = None,
 ) -> Scored:
-    """Score ``items``; ``later``: rows of the job after these (the sizer's backlog);
-    ``before_batch`` runs before each forward pass (a worker's chunk waits there while
-    live traffic has priority)."""
+    """Score ``items`` with ``model``'s adapter, its passes through ``forward``;
+    ``later``: rows of the job after these (the sizer's backlog)."""
     started = time.perf_counter()
     n = len(items)
     costs: np.ndarray | int = model.adapter.cost(items[0]) if n else 1
@@ -63,16 +71,26 @@ def score(
     failures: list[tuple[int, str, str]] = []
     sizer.window()
     i = 0
-    while i < n:
-        end, widest = _batch_end(order, costs, i, sizer.size, sizer.max_cost)
-        idx, failed = order[i:end], len(failures)
-        if before_batch is not None:
-            before_batch()
-        t = time.perf_counter()
-        _isolating(model, items, idx, done, failures)
+    # One batch submitted ahead of the one being read back, so that the executor's
+    # thread never waits for this one between passes (a small model's pass is as short
+    # as the hand-over).
+    ahead: tuple[np.ndarray, int, int, Future[BatchRun]] | None = None
+    while i < n or ahead is not None:
+        current, ahead = ahead, None
+        if i < n:
+            end, widest = _batch_end(order, costs, i, sizer.size, sizer.max_cost)
+            idx = order[i:end]
+            ahead = (idx, widest, n - end + later, forward(_pick(items, idx)))
+            i = end
+        if current is None:
+            continue
+        idx, widest, waiting, submitted = current
+        failed = len(failures)
+        # The pass's own time, on the executor's thread: the hand-over's wait is the same
+        # at any size and would only blur the sizes' measured rates.
+        compute_s = _isolating(forward, items, idx, done, failures, submitted)
         if len(failures) == failed:  # a bisected batch's time says nothing of its size
-            sizer.ran(len(idx), widest, time.perf_counter() - t, n - end + later)
-        i = end
+            sizer.ran(len(idx), widest, compute_s, waiting)
     keep = np.zeros(n, dtype=bool)
     sizes = np.zeros(0, dtype=np.int64)
     if done:
@@ -108,22 +126,31 @@ def _batch_end(
 
 
 def _isolating(
-    model: LoadedModel,
+    forward: Forward,
     items: np.ndarray | list[Any],
     idx: np.ndarray,
     done: list[tuple[np.ndarray, torch.Tensor]],
     failures: list[tuple[int, str, str]],
-) -> None:
+    submitted: Future[BatchRun] | None = None,
+) -> float:
+    """Score ``idx`` (already ``submitted``, or now), bisecting on failure; the seconds
+    its passes computed."""
     try:
-        done.append((idx, _forward(model, _pick(items, idx))))
+        output, compute_s = _checked(submitted or forward(_pick(items, idx)), len(idx))
+    except ModelTimeout as exc:  # halves would hang as long: the batch's rows fail
+        failures.extend((int(i), exc.code, str(exc)) for i in idx)
+        return 0.0
     except Exception as exc:
         if len(idx) == 1:
             error = item_error("model raised on this input", exc)
             failures.append((int(idx[0]), error.code, error.message))
-            return
+            return 0.0
         mid = len(idx) // 2
-        _isolating(model, items, idx[:mid], done, failures)
-        _isolating(model, items, idx[mid:], done, failures)
+        return _isolating(forward, items, idx[:mid], done, failures) + _isolating(
+            forward, items, idx[mid:], done, failures
+        )
+    done.append((idx, output))
+    return compute_s
 
 
 def _pick(items: np.ndarray | list[Any], idx: np.ndarray) -> np.ndarray | list[Any]:
@@ -133,19 +160,15 @@ def _pick(items: np.ndarray | list[Any], idx: np.ndarray) -> np.ndarray | list[A
     return [items[i] for i in idx]
 
 
-def _forward(model: LoadedModel, items: np.ndarray | list[Any]) -> torch.Tensor:
-    # A numeric window is already one matrix: no per-row collate.
-    if isinstance(items, np.ndarray):
-        output = model.forward_collated(torch.from_numpy(items))
-    else:
-        output = model.forward(items)
-    if not isinstance(output, torch.Tensor) or output.ndim == 0 or output.shape[0] != len(items):
+def _checked(run: Future[BatchRun], n: int) -> tuple[torch.Tensor, float]:
+    output, compute_s = rows_output(run)
+    if not isinstance(output, torch.Tensor) or output.ndim == 0 or output.shape[0] != n:
         what = tuple(output.shape) if isinstance(output, torch.Tensor) else type(output).__name__
-        raise ModelFailed(f"model returned {what} for {len(items)} inputs")
+        raise ModelFailed(f"model returned {what} for {n} inputs")
     # NaN and Infinity are not JSON, and no drift row may hold them (as in the adapters).
     if not bool(torch.isfinite(output).all()):
         raise NonFiniteOutput("model output holds NaN or Infinity for this input")
-    return output.detach().float().cpu()
+    return output.float(), compute_s
 
 
 def _fixed_lists(matrix: np.ndarray) -> pa.Array:

@@ -15,10 +15,13 @@ import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from storage import ResultStore
 from storage.jobs import CANCELLED, DONE, JobConflict, JobRecord, JobStore
+from worker.execution.aside import Submit, submit_rows
+from worker.execution.executor import ThreadExecutor
 from worker.jobs.batch_size import BatchSizer
 from worker.jobs.decode import Decoded, decode
 from worker.jobs.liveness import running
@@ -27,7 +30,7 @@ from worker.jobs.params import JobParams
 from worker.jobs.prefetch import prefetched
 from worker.jobs.rows import WindowResult, window_result
 from worker.jobs.sources import Window, count_rows, windows
-from worker.models import ModelRegistry
+from worker.models import LoadedModel, ModelRegistry
 
 
 class JobError(Exception):
@@ -105,6 +108,23 @@ class LocalJob:
         done = record.checkpoint
         total = record.rows_total
         self._on_progress(Progress(done, total))
+        # Its own executor: one compute thread, as a worker's jobs have their own.
+        executor = ThreadExecutor(self._registry.get)
+        try:
+            self._windows(done, total, model, sizer, parts, executor.submit)
+        finally:
+            executor.shutdown()
+
+    def _windows(
+        self,
+        done: int,
+        total: int | None,
+        model: LoadedModel,
+        sizer: BatchSizer,
+        parts: Parts,
+        submit: Submit,
+    ) -> None:
+        forward = partial(submit_rows, submit, self.params.model)
         for window, decoded in prefetched(self._decoded(done)):
             parts.begin(window.start, len(window))
             end = window.start + len(window)
@@ -116,6 +136,7 @@ class LocalJob:
                 decoded,
                 model,
                 sizer,
+                forward,
                 sql_results=self.params.sql_results,
                 later=later,
             )

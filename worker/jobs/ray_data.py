@@ -31,12 +31,15 @@ not import it.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from storage import ResultStore
+from worker.execution.aside import submit_rows
+from worker.execution.executor import ThreadExecutor
 from worker.jobs.batch_size import BatchSizer
 from worker.jobs.decode import Columns, Decoded, decode
 from worker.jobs.rows import window_result
@@ -72,6 +75,9 @@ class Scorer:
         self._registry = ModelRegistry.from_toml(Path(models))
         self._model = model
         loaded = self._registry.get(model)  # loaded here, once per actor
+        # The passes run on a compute thread of the actor's own, as in a local job (a
+        # daemon: it ends with the actor's process).
+        self._forward = partial(submit_rows, ThreadExecutor(self._registry.get).submit, model)
         self._sizer = BatchSizer(
             self._registry.spec(model).scheduling, loaded.max_batch, fixed=batch_size
         )
@@ -92,6 +98,7 @@ class Scorer:
             decoded,
             self._registry.get(self._model),
             self._sizer,
+            self._forward,
             sql_results=self._sql_results,
             later=len(batch),  # more batches to come, as far as this actor knows
         )

@@ -7,7 +7,6 @@ for rows the model failed on, and a drift row for each labelled ``ok`` row.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +19,7 @@ from consumers.errors import BadInput
 from storage import DriftRow, ResultRow
 from storage.jobs import WindowCounts
 from worker.jobs.batch_size import BatchSizer
-from worker.jobs.compute import Scored, score
+from worker.jobs.compute import Forward, Scored, score
 from worker.jobs.decode import Decoded, RowError
 from worker.jobs.outputs import output_table
 from worker.jobs.sources import Window
@@ -42,14 +41,14 @@ def window_result(
     decoded: Decoded,
     model: LoadedModel,
     sizer: BatchSizer,
+    forward: Forward,
     *,
     sql_results: bool = True,
     later: int = 0,
-    before_batch: Callable[[], None] | None = None,
 ) -> WindowResult:
-    """``sql_results``: build the result and drift rows; ``later``: rows of the job after
-    this window (the batch sizer's backlog); ``before_batch``: see ``score``."""
-    scored = score(model, decoded.items, sizer, later=later, before_batch=before_batch)
+    """``forward``: the window's passes (see ``score``); ``sql_results``: build the result
+    and drift rows; ``later``: rows of the job after this window (the sizer's backlog)."""
+    scored = score(model, decoded.items, sizer, forward, later=later)
     keep = scored.keep
     errors = list(decoded.errors)
     for i, code, message in scored.failures:
