@@ -180,6 +180,7 @@ def test_eviction_gives_the_memory_back(big_model: Path) -> None:
         registry.close()
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_demotion_pins_host_memory_and_promotion_moves_back(copies_path: Path) -> None:
     each = charge(copies_path)

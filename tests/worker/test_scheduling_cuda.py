@@ -19,6 +19,7 @@ from worker.scheduling.lanes import LANE_ORDER
 from worker.scheduling.probes import NvmlProbe, open_probe
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = pytest.mark.cuda  # every test here: -m cuda selects them
 
 HIGH, NORMAL, LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW
 POISON = 13.0

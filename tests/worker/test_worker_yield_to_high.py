@@ -76,6 +76,7 @@ def test_one_compute_thread_for_every_lane_never_waits() -> None:
         executor.shutdown()
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_lower_lane_launcher_waits_before_its_permit_while_a_high_request_is_in() -> None:
     gate = Watched()
