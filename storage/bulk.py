@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from sqlalchemy import Connection, Dialect, Table
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import DBAPIError
@@ -94,6 +93,8 @@ class CopyUpsert:
 
     def execute(self, conn: Connection, params: Sequence[tuple[Any, ...]]) -> None:
         """Rows already bound (``BulkStatement._bind``); in ``conn``'s transaction."""
+        import psycopg  # here: a SQLite-only install may lack the driver
+
         conn.exec_driver_sql(self.create)
         cursor: Any = conn.connection.cursor()  # psycopg's, which has ``copy``
         try:
