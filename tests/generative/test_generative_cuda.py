@@ -4,7 +4,6 @@ without CUDA (``-m cuda`` selects it; scripts/gpu-check.sh runs it)."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,10 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 from generative_prompts import prompt
+from generative_reference import generate_all, greedy_reference
 
 from consumers.contract import Priority
 from worker.base.generation import GenerationItem
-from worker.execution.generative.engine import Finished, GenerativeEngine, Job
+from worker.execution.generative.engine import GenerativeEngine, Job
 from worker.execution.generative.runtime import engine_of
 from worker.models import ModelRegistry
 from worker.models.generative_model import GenerativeModel, RunnerLease
@@ -61,31 +61,6 @@ def _prompts(model: GenerativeModel, n: int, seed: int) -> list[GenerationItem]:
     ]
 
 
-async def _generate(engine: GenerativeEngine, jobs: list[Job]) -> dict[str, Finished]:
-    """Every job submitted at once (they share the engine's steps), each to its end."""
-    loop = asyncio.get_running_loop()
-    ends: dict[str, asyncio.Future[Finished]] = {}
-    for job in jobs:
-        ends[job.request_id] = loop.create_future()
-        engine.submit(job, lambda _id, _chunk: None, ends[job.request_id].set_result)
-    return {rid: await end for rid, end in ends.items()}
-
-
-def _reference(model: GenerativeModel, item: GenerationItem) -> list[int]:
-    """One request alone through ``generate()``, greedy, on the model's device."""
-    ids = torch.tensor([item.prompt_ids], device=model.device)
-    eos = model.generative_adapter.eos_token_ids
-    with torch.inference_mode():
-        out = _lm(model).generate(  # type: ignore[operator]
-            ids,
-            attention_mask=torch.ones_like(ids),
-            do_sample=False,
-            max_new_tokens=item.sampling.max_new_tokens,
-            pad_token_id=eos[0],
-        )
-    return list(out[0, len(item.prompt_ids) :].tolist())
-
-
 def _divergence(
     model: GenerativeModel, item: GenerationItem, want: list[int], got: list[int]
 ) -> str:
@@ -110,9 +85,9 @@ async def test_greedy_tokens_on_cuda_equal_generate_one_at_a_time(
     engine = engine_of(model, lambda _bytes: None, SchedulingConfig().lane_shares())
     items = _prompts(model, 8, seed=11)
     jobs = [Job(f"r{i}", Priority.NORMAL, it.prompt_ids, it.sampling) for i, it in enumerate(items)]
-    done = await _generate(engine, jobs)
+    done = await generate_all(engine, jobs)
     for i, item in enumerate(items):
-        reference = _reference(model, item)
+        reference = greedy_reference(model, item)
         got = list(done[f"r{i}"].token_ids)
         assert got == reference, f"prompt {i}: {_divergence(model, item, reference, got)}"
         assert done[f"r{i}"].finish_reason == (

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from generative_prompts import prompt
+from generative_reference import generate_all, greedy_reference
 
 from consumers.contract import Priority
 from worker.base.generation import GenerationItem, Sampling
@@ -42,39 +42,13 @@ def _prompts(registry: ModelRegistry, n: int, seed: int) -> list[GenerationItem]
     return items
 
 
-async def _generate(
-    engine: GenerativeEngine, jobs: list[Job], started: list[float] | None = None
-) -> dict[str, Finished]:
-    loop = asyncio.get_running_loop()
-    ends: dict[str, asyncio.Future[Finished]] = {}
-    for job in jobs:
-        ends[job.request_id] = loop.create_future()
-        engine.submit(job, lambda _id, _c: None, ends[job.request_id].set_result)
-    return {rid: await end for rid, end in ends.items()}
-
-
-def _reference(model: GenerativeModel, item: GenerationItem) -> list[int]:
-    """One request alone through ``generate()``, greedy."""
-    ids = torch.tensor([item.prompt_ids])
-    eos = model.generative_adapter.eos_token_ids
-    with torch.inference_mode():
-        out = model.module.generate(  # type: ignore[operator]
-            ids,
-            attention_mask=torch.ones_like(ids),
-            do_sample=False,
-            max_new_tokens=item.sampling.max_new_tokens,
-            pad_token_id=eos[0],
-        )
-    return list(out[0, len(item.prompt_ids) :].tolist())
-
-
 async def test_greedy_tokens_equal_generate_one_at_a_time(tinylm_registry: ModelRegistry) -> None:
     items = _prompts(tinylm_registry, 30, seed=1)
     jobs = [Job(f"r{i}", Priority.NORMAL, it.prompt_ids, it.sampling) for i, it in enumerate(items)]
-    done = await _generate(_engine(tinylm_registry), jobs)
+    done = await generate_all(_engine(tinylm_registry), jobs)
     model = _model(tinylm_registry)
     for i, item in enumerate(items):
-        reference = _reference(model, item)
+        reference = greedy_reference(model, item)
         assert list(done[f"r{i}"].token_ids) == reference, i
         assert done[f"r{i}"].finish_reason == (
             "eos" if len(reference) < item.sampling.max_new_tokens else "length"
@@ -105,15 +79,15 @@ async def test_preempted_sequences_resume_with_the_same_tokens(
     ]
     alone = {}
     for job in lows:  # each sequence by itself: never preempted
-        alone.update(await _generate(_engine(small_kv), [job]))
+        alone.update(await generate_all(_engine(small_kv), [job]))
     engine = _engine(small_kv)
     before = engine.book.preempted
-    crowd = asyncio.ensure_future(_generate(engine, lows))
+    crowd = asyncio.ensure_future(generate_all(engine, lows))
     while not engine.book.steps or engine.live < len(lows):
         await asyncio.sleep(0.001)
     await asyncio.sleep(0.05)
     highs = [Job(f"high{i}", Priority.HIGH, prompt, Sampling(40)) for i in range(3)]
-    high_done = await _generate(engine, highs)
+    high_done = await generate_all(engine, highs)
     low_done = await crowd
     assert engine.book.preempted > before  # the high requests took blocks from low ones
     for job in lows:
@@ -127,12 +101,12 @@ async def test_a_high_request_gets_its_first_token_before_the_low_backlog_ends(
     engine = _engine(tinylm_registry)
     items = _prompts(tinylm_registry, 24, seed=5)
     lows = [Job(f"bl{i}", Priority.LOW, it.prompt_ids, Sampling(64)) for i, it in enumerate(items)]
-    backlog = asyncio.ensure_future(_generate(engine, lows))
+    backlog = asyncio.ensure_future(generate_all(engine, lows))
     while engine.book.steps < 3:
         await asyncio.sleep(0.001)
     submitted = time.monotonic()
     high = (
-        await _generate(engine, [Job("urgent", Priority.HIGH, items[0].prompt_ids, Sampling(4))])
+        await generate_all(engine, [Job("urgent", Priority.HIGH, items[0].prompt_ids, Sampling(4))])
     )["urgent"]
     done = await backlog
     assert high.first_token_s is not None and high.first_token_s > submitted
@@ -164,5 +138,5 @@ async def test_stop_strings_deadlines_and_cancels_end_with_a_terminal_event(
     assert stop.finish_reason == "stop" and "charge" not in stop.text and stop.text.endswith("of ")
     assert late.finish_reason == "expired" and late.token_ids == ()
     assert cancel.finish_reason == "cancelled"
-    again = await _generate(engine, [Job("after", Priority.NORMAL, prompt, Sampling(8))])
+    again = await generate_all(engine, [Job("after", Priority.NORMAL, prompt, Sampling(8))])
     assert again["after"].generated_tokens == 8  # the engine keeps serving

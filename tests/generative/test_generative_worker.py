@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 import pytest
-import torch
 from generative_prompts import prompt
+from generative_reference import greedy_reference
 from sqlalchemy import text
 
 from consumers.client import InferlaneClient
@@ -49,18 +49,7 @@ def _requests(n: int, seed: int) -> list[dict[str, Any]]:
 
 def _reference(model: GenerativeModel, request: dict[str, Any]) -> list[int]:
     """The request alone through ``generate()``, greedy."""
-    item = model.adapter.prepare(request["inputs"])
-    ids = torch.tensor([item.prompt_ids])
-    eos = model.generative_adapter.eos_token_ids
-    with torch.inference_mode():
-        out = model.module.generate(  # type: ignore[operator]
-            ids,
-            attention_mask=torch.ones_like(ids),
-            do_sample=False,
-            max_new_tokens=item.sampling.max_new_tokens,
-            pad_token_id=eos[0],
-        )
-    return list(out[0, len(item.prompt_ids) :].tolist())
+    return greedy_reference(model, model.adapter.prepare(request["inputs"]))
 
 
 def _by_request(bootstrap: str, topic: str) -> dict[str, list[StreamChunk | InferenceResult]]:
