@@ -8,7 +8,10 @@ import random
 import threading
 
 import pytest
+from pipeline_factories import pending
 
+from consumers.contract import Priority
+from worker.base.pending import Batch
 from worker.scheduling.yield_to_high import MAX_HOLD_S, WINDOW_S, YieldToHigh
 
 
@@ -101,9 +104,12 @@ def test_dense_high_requests_hold_bulk_work_at_most_its_share(every_s: float) ->
     assert 0.09 * seconds <= held <= 0.1 * (simulated_s + WINDOW_S)
 
 
-def test_a_waiting_bulk_thread_goes_when_the_high_result_leaves() -> None:
+def test_a_waiting_bulk_thread_goes_when_the_high_batch_has_computed() -> None:
+    """A lower lane's next batch waits only for high requests bound for a batch, until
+    that batch has computed; bulk steps on the loop wait until the result leaves."""
     gate = YieldToHigh(0.1, clock=Clock(), max_hold_s=3600)  # a frozen clock: no timeout
-    gate.arrived(1)
+    gate.arrived(2, computing=1)  # one of them was rejected at admission
+    assert gate.remaining_s(compute=True) > 0
     waiting = threading.Event()
     done = threading.Event()
 
@@ -115,9 +121,20 @@ def test_a_waiting_bulk_thread_goes_when_the_high_result_leaves() -> None:
     thread = threading.Thread(target=bulk, daemon=True)
     thread.start()
     assert waiting.wait(10)
-    assert not done.is_set()
-    gate.left(1)
+    assert not done.wait(0.05)
+    gate.computed(Batch("m", [pending(lane=Priority.HIGH)], 0.0, lane=Priority.HIGH))
     assert done.wait(10)
+    assert gate.remaining_s(compute=True) == 0
+    assert gate.remaining_s() > 0  # admission and publishing still wait
+    gate.left(2)
+    assert gate.remaining_s() == 0
+
+
+def test_a_computed_low_batch_releases_nothing() -> None:
+    gate = YieldToHigh(0.1, clock=Clock(), max_hold_s=3600)
+    gate.arrived(1, computing=1)
+    gate.computed(Batch("m", [pending(lane=Priority.LOW)], 0.0, lane=Priority.LOW))
+    assert gate.remaining_s(compute=True) > 0
 
 
 async def test_a_waiting_bulk_step_on_the_loop_goes_when_the_high_result_leaves() -> None:

@@ -1,5 +1,6 @@
 """The backends yield to high requests in the worker: a lower lane's next batch waits
-for them (CPU lane threads, CUDA launchers), a high batch never does."""
+for them until their batch has computed (CPU lane threads, CUDA launchers), a high batch
+never does."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class Watched(YieldToHigh):
         self.waiting = threading.Event()
 
     def hold(self) -> None:
-        if self.remaining_s() > 0:
+        if self.remaining_s(compute=True) > 0:
             self.waiting.set()
         super().hold()
 
@@ -44,14 +45,17 @@ def batch(lane: Priority) -> Batch:
 
 
 def assert_low_waits_for_the_high_request(executor: Executor, gate: Watched) -> None:
-    gate.arrived(1)  # a high request is in the worker
+    gate.arrived(1, computing=1)  # a high request is in the worker, bound for a batch
     low = executor.submit(batch(LOW))
     assert gate.waiting.wait(10)  # the low lane's thread waits before its batch
+    assert not low.done()
     high = executor.submit(batch(HIGH)).result(timeout=10)
     assert high.results[0].outputs is not None
-    assert not low.done()
-    gate.left(1)  # its result is on Kafka
+    # Computed, its result not yet on Kafka: the low batch goes, bulk publishing still waits.
     assert low.result(timeout=10).results[0].outputs is not None
+    assert gate.remaining_s() > 0
+    gate.left(1)
+    assert gate.remaining_s() == 0
 
 
 def test_a_lower_lane_thread_waits_while_a_high_request_is_in_the_worker() -> None:
@@ -69,7 +73,7 @@ def test_one_compute_thread_for_every_lane_never_waits() -> None:
     gate = Watched()
     executor = ThreadExecutor(lambda _: model(), yield_to_high=gate)
     try:
-        gate.arrived(1)
+        gate.arrived(1, computing=1)
         assert executor.submit(batch(LOW)).result(timeout=10).results[0].outputs is not None
         assert not gate.waiting.is_set()
     finally:

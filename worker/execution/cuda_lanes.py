@@ -114,10 +114,12 @@ class StreamLauncher:
         priority: int,
         cap: tuple[InFlightCap, int] | None,
         hold: YieldToHigh | None = None,
+        done: YieldToHigh | None = None,
     ) -> None:
         self._resolve = resolve
         self._cap = cap  # (cap, this lane's rank) for lanes below the top one
-        self._hold = hold  # lanes below the top one: wait while high requests are in
+        self._hold = hold  # lanes below the top one: wait for high batches not yet computed
+        self._done = done  # the top lane: its computed batches end those waits
         self.stream = torch.cuda.Stream(device=device, priority=priority)
         self.buffers = HostBuffers(pin=True)
         self._copied = torch.cuda.Event()  # the last host-to-device copy out of the buffers
@@ -136,7 +138,11 @@ class StreamLauncher:
             rows_stream = torch.cuda.stream(self.stream)
         with permit, rows_stream:  # permit first: deadlines are checked once it may run
             self._device_s = None
-            run = run_batch(self._resolve, batch, self._run)
+            try:
+                run = run_batch(self._resolve, batch, self._run)
+            finally:
+                if self._done is not None:
+                    self._done.computed(batch)
         if self._device_s is not None:
             run.compute_s = self._device_s
         return run
@@ -225,11 +231,11 @@ class CudaLaneExecutor(SupervisedExecutor):
     def _launcher_for(self, lane: Priority) -> Callable[[], StreamLauncher]:
         rank = LANE_ORDER.index(lane)
         cap = (self.cap, rank) if rank else None
-        hold = self._yield if rank else None
+        hold, done = (self._yield, None) if rank else (None, self._yield)
 
         def make() -> StreamLauncher:
             priority = self.priorities[lane]
-            launcher = StreamLauncher(self._resolve, self._device, priority, cap, hold)
+            launcher = StreamLauncher(self._resolve, self._device, priority, cap, hold, done)
             self.launchers[lane] = launcher
             return launcher
 

@@ -153,7 +153,8 @@ class ThreadExecutor(SupervisedExecutor):
     model's batch goes to whichever of the first ``replicas_for(model)`` of its lane's
     threads has the fewest outstanding. With ``yield_to_high``, the lower lanes' threads
     wait before each batch while high requests are in the worker (lane threads only: one
-    shared thread would hold the high batch queued behind the waiting one). Job windows
+    shared thread would hold the high batch queued behind the waiting one), until the
+    high batches have computed. Job windows
     (``Batch.rows``) have a thread of their own at the low lane's nice value on all of
     torch's threads: a low lane split into replicas would halve a job's speed when no
     live traffic competes for the cores."""
@@ -184,8 +185,14 @@ class ThreadExecutor(SupervisedExecutor):
             self._lanes = {}
             for lane in LANE_ORDER:
                 n = 1 if lane == Priority.HIGH else bulk
-                hold = None if lane == Priority.HIGH or yield_to_high is None else yield_to_high
-                make = _lane_thread(work, nice=nice[lane], torch_threads=threads // n, hold=hold)
+                high = lane == Priority.HIGH
+                make = _lane_thread(
+                    work,
+                    nice=nice[lane],
+                    torch_threads=threads // n,
+                    hold=None if high else yield_to_high,
+                    done=yield_to_high if high else None,
+                )
                 self._lanes[lane] = [Supervised(make) for _ in range(n)]
             low = nice[Priority.LOW]
             self._rows = Supervised(
@@ -241,9 +248,11 @@ def _lane_thread(
     nice: int,
     torch_threads: int,
     hold: YieldToHigh | None = None,
+    done: YieldToHigh | None = None,
 ) -> Callable[[], Callable[[Batch], BatchRun]]:
     """Work for a lane's compute thread that first adds ``nice`` to its own nice value
-    and sets its own torch thread count, and waits on ``hold`` before each batch. Linux
+    and sets its own torch thread count, waits on ``hold`` before each batch and tells
+    ``done`` after it (the high lane: lower lanes wait for its batches). Linux
     nice values are per thread, and the OpenMP threads a thread starts for torch inherit
     its value; OpenMP thread counts are per thread too."""
 
@@ -258,7 +267,11 @@ def _lane_thread(
                 set_torch_threads(torch_threads)
             if hold is not None:
                 hold.hold()
-            return work(batch)
+            try:
+                return work(batch)
+            finally:
+                if done is not None:
+                    done.computed(batch)
 
         return run
 

@@ -21,7 +21,7 @@ from consumers.offsets import OffsetTracker, TopicPartitionKey
 from consumers.records import RawRecord
 from storage import ResultStore
 from worker.base.blocking import off_loop
-from worker.base.pending import Outcome
+from worker.base.pending import Outcome, Pending
 from worker.base.steps import STEP_GRACE_S, bounded
 from worker.delivery.sink import INLINE_RECORDS
 from worker.execution.generative.stage import GenerationStage, SequenceEvents
@@ -165,17 +165,25 @@ class Intake:
             admitted = self._admission.admit(records)
         else:
             admitted = await off_loop(self._admission.admit, records)
-        # Each high request's result leaves on the urgent stream, rejected ones' too.
-        ended = (o.result for o in admitted.ended if o.result is not None)
+        # Each high request's result leaves on the urgent stream, rejected ones' too;
+        # those bound for a lane also wait for a compute thread (counted before the push).
+        events = self._events
+        generated: list[Pending] = []
+        to_lanes: list[Pending] = []
+        for pending in admitted.pending:
+            serves = events is not None and self._generation.serves(pending)
+            (generated if serves else to_lanes).append(pending)
+        ended = [o.result for o in admitted.ended if o.result is not None]
         self._yield.arrived(
             sum(p.lane == Priority.HIGH for p in admitted.pending)
-            + sum(r.priority == Priority.HIGH for r in ended)
+            + sum(r.priority == Priority.HIGH for r in ended),
+            sum(p.lane == Priority.HIGH for p in to_lanes),
         )
-        for pending in admitted.pending:
-            if self._generation.serves(pending) and self._events is not None:
-                self._generation.submit(pending, self._events)
-            else:
-                self._lanes.push(pending)
+        if events is not None:
+            for pending in generated:
+                self._generation.submit(pending, events)
+        for pending in to_lanes:
+            self._lanes.push(pending)
         self._finish(admitted.ended)
         self._wake()
 
