@@ -1,5 +1,5 @@
 """The engine alone (no Kafka): generate() equality, priority at every step, preemption
-that resumes the same tokens, and terminal events for stop strings, deadlines, cancels."""
+that resumes the same tokens, and terminal events for stop strings and deadlines."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ async def test_a_high_request_gets_its_first_token_before_the_low_backlog_ends(
     assert high.first_token_s < min(f.last_token_s or 0 for f in done.values())
 
 
-async def test_stop_strings_deadlines_and_cancels_end_with_a_terminal_event(
+async def test_stop_strings_and_deadlines_end_with_a_terminal_event(
     tinylm_registry: ModelRegistry,
 ) -> None:
     engine = _engine(tinylm_registry)
@@ -124,7 +124,7 @@ async def test_stop_strings_deadlines_and_cancels_end_with_a_terminal_event(
     )
     loop = asyncio.get_running_loop()
     ended: dict[str, asyncio.Future[Finished]] = {
-        k: loop.create_future() for k in ("stop", "late", "cancel")
+        k: loop.create_future() for k in ("stop", "late", "running")
     }
 
     def submit(job: Job) -> None:
@@ -132,11 +132,11 @@ async def test_stop_strings_deadlines_and_cancels_end_with_a_terminal_event(
 
     submit(Job("stop", Priority.NORMAL, prompt, Sampling(64, stop=("charge",))))
     submit(Job("late", Priority.NORMAL, prompt, Sampling(64), deadline_s=time.monotonic() - 1))
-    submit(Job("cancel", Priority.NORMAL, prompt, Sampling(120)))
-    engine.cancel("cancel")
-    stop, late, cancel = [await ended[k] for k in ("stop", "late", "cancel")]
+    submit(Job("running", Priority.NORMAL, prompt, Sampling(120)))
+    engine.expire("running")  # what its deadline's timer calls
+    stop, late, running = [await ended[k] for k in ("stop", "late", "running")]
     assert stop.finish_reason == "stop" and "charge" not in stop.text and stop.text.endswith("of ")
     assert late.finish_reason == "expired" and late.token_ids == ()
-    assert cancel.finish_reason == "cancelled"
+    assert running.finish_reason == "expired" and running.generated_tokens < 120
     again = await generate_all(engine, [Job("after", Priority.NORMAL, prompt, Sampling(8))])
     assert again["after"].generated_tokens == 8  # the engine keeps serving

@@ -43,3 +43,8 @@ class GenerationStats:
     tpot_ms: float | None  # mean time per output token after the first
     exact_match: bool | None = None  # set when the request carried expected text
     f1: float | None = None
+
+
+def ms(seconds: float | None) -> float | None:
+    """Seconds as the milliseconds results and rows carry."""
+    return None if seconds is None else round(seconds * 1000, 3)

@@ -15,12 +15,10 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from pydantic import JsonValue
-
 from consumers.contract import ErrorInfo, InferenceResult, Latency, Status
 from consumers.errors import Expired
 from consumers.records import DeadLetter
-from worker.base.generation import GenerationStats
+from worker.base.generation import GenerationStats, ms
 from worker.base.pending import Outcome, Pending
 from worker.delivery.chunks import ChunkPublisher
 from worker.execution.generative.engine import Finished
@@ -29,27 +27,13 @@ from worker.models.adapters import Adapter
 from worker.models.text_score import score
 
 
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 3)
-
-
 def generated(
     pending: Pending, done: Finished, model_version: str | None, adapter: Adapter
 ) -> Outcome:
     request = pending.request
     received = pending.received_s
     now = time.monotonic()
-    ttft = None if done.first_token_s is None else done.first_token_s - received
-    outputs: dict[str, JsonValue] = {
-        "text": done.text,
-        "finish_reason": done.finish_reason,
-        "prompt_tokens": done.prompt_tokens,
-        "generated_tokens": done.generated_tokens,
-        "ttft_ms": _ms(ttft),
-        "tpot_ms": _ms(done.time_per_output_token_s),
-    }
-    if getattr(pending.item, "return_tokens", False):
-        outputs["token_ids"] = list(done.token_ids)
+    outputs = done.outputs(received, token_ids=getattr(pending.item, "return_tokens", False))
     outcome = Outcome(pending.record, reply_to=request.reply_to)
     status, error = Status.OK, None
     if done.finish_reason == "error":
@@ -72,8 +56,8 @@ def generated(
         finish_reason=done.finish_reason,
         prompt_tokens=done.prompt_tokens,
         generated_tokens=done.generated_tokens,
-        ttft_ms=_ms(ttft),
-        tpot_ms=_ms(done.time_per_output_token_s),
+        ttft_ms=ms(done.ttft_s(received)),
+        tpot_ms=ms(done.time_per_output_token_s),
         exact_match=exact,
         f1=f1,
     )
@@ -87,9 +71,9 @@ def generated(
         priority=pending.lane,
         batch_size=1,
         latency_ms=Latency(
-            queue=_ms(done.submitted_s - received) or 0.0,
-            compute=_ms(now - done.submitted_s) or 0.0,
-            total=_ms(now - received) or 0.0,
+            queue=ms(done.submitted_s - received) or 0.0,
+            compute=ms(now - done.submitted_s) or 0.0,
+            total=ms(now - received) or 0.0,
         ),
         metadata=request.metadata,
     )

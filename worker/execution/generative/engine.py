@@ -6,8 +6,9 @@ within a token budget, runs one forward pass and hands out the new tokens. Aroun
 ``step_scheduler`` (lanes, shares and preemption at every step), ``sampling``
 (per-request seeded sampling that resumes exactly), a router that hands each step's
 outputs to the event loop in one call, and here: per-request routing, text streaming
-(``text_stream``), stop strings, deadlines and cancellation with a terminal event,
-and a new generation loop if the old one died.
+(``text_stream``), stop strings, deadlines (a sequence whose deadline passes is cut
+at the next step, with a terminal event), and a new generation loop if the old one
+died.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
+from pydantic import JsonValue
 from tokenizers import Tokenizer
 from transformers import ContinuousBatchingConfig, GenerationConfig, PreTrainedModel
 from transformers.generation.continuous_batching import ContinuousBatchingManager
@@ -28,7 +31,7 @@ from transformers.generation.continuous_batching.requests import GenerationOutpu
 
 from consumers.contract import Priority
 from worker.base.blocking import own_thread
-from worker.base.generation import Sampling
+from worker.base.generation import Sampling, ms
 from worker.execution.generative.sampling import processors
 from worker.execution.generative.step_scheduler import LaneBook, register
 from worker.execution.generative.text_stream import Chunk, TextStream
@@ -46,16 +49,19 @@ class Job:
     deadline_s: float | None = None  # monotonic
 
 
+# ``length``: max_new_tokens; ``stop``: a stop string; ``expired``: its deadline passed.
+FinishReason = Literal["eos", "length", "stop", "expired", "error"]
+
+
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """How a sequence ended. ``finish_reason``: ``eos``, ``length`` (max_new_tokens),
-    ``stop`` (a stop string), ``expired`` (its deadline), ``cancelled`` or ``error``."""
+    """How a sequence ended, with its text so far."""
 
     request_id: str
     text: str
     token_ids: tuple[int, ...]
     prompt_tokens: int
-    finish_reason: str
+    finish_reason: FinishReason
     submitted_s: float  # monotonic, as the times below
     first_token_s: float | None
     last_token_s: float | None
@@ -73,6 +79,24 @@ class Finished:
         if n < 2 or self.first_token_s is None or self.last_token_s is None:
             return None
         return (self.last_token_s - self.first_token_s) / (n - 1)
+
+    def ttft_s(self, since_s: float) -> float | None:
+        """From ``since_s`` (monotonic) to the first generated token."""
+        return None if self.first_token_s is None else self.first_token_s - since_s
+
+    def outputs(self, since_s: float, *, token_ids: bool) -> dict[str, JsonValue]:
+        """A result's ``outputs``; ``ttft_ms`` counts from ``since_s`` (monotonic)."""
+        out: dict[str, JsonValue] = {
+            "text": self.text,
+            "finish_reason": self.finish_reason,
+            "prompt_tokens": self.prompt_tokens,
+            "generated_tokens": self.generated_tokens,
+            "ttft_ms": ms(self.ttft_s(since_s)),
+            "tpot_ms": ms(self.time_per_output_token_s),
+        }
+        if token_ids:
+            out["token_ids"] = list(self.token_ids)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +191,7 @@ class GenerativeEngine:
         if not keep_cache:
             self._manager = None
         self._live.clear()
+        self._started = False  # a stop, not a death: the next start is no restart
 
     def retire(self, then: Callable[[], None]) -> None:
         """For a model leaving memory: live sequences end with an ``error`` event,
@@ -262,9 +287,7 @@ class GenerativeEngine:
             return
         if job.deadline_s is not None:
             loop = asyncio.get_running_loop()
-            live.timer = loop.call_later(
-                job.deadline_s - now, self.cancel, job.request_id, "expired"
-            )
+            live.timer = loop.call_later(job.deadline_s - now, self.expire, job.request_id)
         manager.add_request(
             list(job.prompt_ids),
             request_id=job.request_id,
@@ -274,19 +297,20 @@ class GenerativeEngine:
             **job.sampling.engine_kwargs(),  # type: ignore[arg-type]
         )
 
-    def cancel(self, request_id: str, reason: str = "cancelled") -> None:
-        """End a live sequence at the next step, with a terminal event now."""
+    def expire(self, request_id: str) -> None:
+        """Its deadline passed: end a live sequence at the next step, with an
+        ``expired`` event now that holds its text so far."""
         live = self._live.get(request_id)
         if live is None:
             return
         if self._manager is not None:
             self._manager.cancel_request(request_id)
-        self._finish(live, reason)
+        self._finish(live, "expired")
 
     def _on_outputs(self, outputs: list[GenerationOutput]) -> None:
         for out in outputs:
             live = self._live.get(out.request_id)
-            if live is None:  # cancelled, expired or stopped already
+            if live is None:  # expired, stopped at a stop string, or the engine stopped
                 continue
             if out.error is not None:
                 self._finish(live, "error", error=f"the generation loop failed: {out.error}")
@@ -311,7 +335,11 @@ class GenerativeEngine:
             self._finish(live, "eos" if eos else "length")
 
     def _finish(
-        self, live: _Live, reason: str, error: str | None = None, error_code: str = "model_error"
+        self,
+        live: _Live,
+        reason: FinishReason,
+        error: str | None = None,
+        error_code: str = "model_error",
     ) -> None:
         request_id = live.job.request_id
         del self._live[request_id]

@@ -42,16 +42,11 @@ class GenerationStage:
         self._registry = registry
         self._shares = dict(shares)
         self._engines: dict[int, GenerativeEngine] = {}  # by id: every engine used here
-        self._live: dict[str, GenerativeEngine] = {}  # by request id
         self._starting: set[asyncio.Task[None]] = set()
 
     @staticmethod
     def serves(pending: Pending) -> bool:
         return isinstance(pending.item, GenerationItem)
-
-    @property
-    def live(self) -> int:
-        return len(self._live)
 
     def submit(self, pending: Pending, events: SequenceEvents) -> None:
         """Hand ``pending`` to its model's engine once the model is loaded and the
@@ -69,10 +64,8 @@ class GenerationStage:
         request_id = pending.request.request_id
         item: GenerationItem = pending.item
         job = Job(request_id, pending.lane, item.prompt_ids, item.sampling, pending.deadline_s)
-        self._live[request_id] = engine
 
         def done(finished: Finished) -> None:
-            self._live.pop(request_id, None)
             events.done(pending, finished, model.version)
 
         engine.submit(job, lambda _id, chunk: events.chunk(pending, chunk), done)
@@ -93,18 +86,12 @@ class GenerationStage:
         self._engines[id(engine)] = engine
         return model, engine
 
-    def cancel(self, request_ids: set[str]) -> None:
-        """End these requests' sequences now, each with a ``cancelled`` event."""
-        for request_id in request_ids & self._live.keys():
-            self._live[request_id].cancel(request_id)
-
     async def stop(self) -> None:
         """Stop every engine started here (off the event loop: each joins its thread)."""
         for task in self._starting:
             task.cancel()
         await asyncio.gather(*self._starting, return_exceptions=True)
         engines, self._engines = list(self._engines.values()), {}
-        self._live.clear()
         for engine in engines:
             await off_loop(engine.stop, keep_cache=True)
 
