@@ -1,6 +1,6 @@
 """What ``inferlane score`` refuses before it creates a job or opens the database: an
 input that is not a regular file, of an unknown type or without the columns named, and
-a model the registry does not have."""
+a model the registry does not have, and a generative model with ``--distributed``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from worker.jobs.params import JobParams
 from worker.jobs.sources import filesystem, format_of, is_uri, windows
 
 
-def check_job(params: JobParams, models: Path | None) -> None:
+def check_job(params: JobParams, models: Path | None, *, distributed: bool = False) -> None:
     """``UsageFailed`` naming the flag and the value at fault, else nothing."""
     from worker.cli.registry import check_registry
     from worker.demo.models import ensure_demo_models
@@ -39,10 +39,17 @@ def check_job(params: JobParams, models: Path | None) -> None:
             f"--input {exc}", "name the columns with --input-column, --id-column, --label-column"
         ) from None
     path = models or ensure_demo_models()
-    names = sorted(m.name for m in check_registry(path).models)
-    if params.model not in names:
+    specs = {m.name: m for m in check_registry(path).models}
+    spec = specs.get(params.model)
+    if spec is None:
         raise UsageFailed(
-            f"--model {params.model!r}: no such model in {path} (it has {', '.join(names)})"
+            f"--model {params.model!r}: no such model in {path} (it has {', '.join(sorted(specs))})"
+        )
+    # A worker's engine serves its event loop; a chunk thread cannot drive it too.
+    if distributed and spec.adapter.kind == "generative":
+        raise UsageFailed(
+            f"--model {params.model!r} is generative: --distributed does not take generative"
+            " models; run the job without --distributed"
         )
 
 

@@ -60,7 +60,10 @@ def score(
     job: Annotated[str | None, typer.Option(help="Job name (default: from the files).")] = None,
     input_column: Annotated[
         list[str] | None,
-        typer.Option(help="Column of the inputs; repeat (or comma-separate) for one number each."),
+        typer.Option(
+            help="Column of the inputs; repeat (or comma-separate) for one number each, or"
+            " one field each of a generative model's inputs."
+        ),
     ] = None,
     id_column: Annotated[str | None, typer.Option(help="Column of row ids, kept.")] = None,
     label_column: Annotated[str | None, typer.Option(help="Ground truth: drift log.")] = None,
@@ -129,7 +132,7 @@ def score(
         batch_size=batch_size,
         sql_results=sql_results or distributed,
     )
-    check_job(params, models)
+    check_job(params, models, distributed=distributed)
     name = check_name(job or params.default_name())
     if distributed:
         _publish(name, params, database_url(database), bootstrap, models, chunk_rows)

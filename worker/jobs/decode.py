@@ -3,7 +3,9 @@
 Numeric models read Arrow columns straight into one float32 matrix (a list column, or
 several number columns side by side), checked with whole-array operations: no Python
 object per row. Everything else goes row by row through the adapter's own
-``prepare``, the same validation a Kafka request gets.
+``prepare``, the same validation a Kafka request gets. A generative model's several
+input columns are the fields of its inputs object, by name (``prompt``,
+``max_new_tokens``, ...), and its labels are the expected text.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pyarrow.compute as pc
 from consumers.errors import BadInput
 from worker.jobs.sources import Window
 from worker.models.adapters import Adapter, ClassifierAdapter, RegressorAdapter
+from worker.models.generative import GenerativeAdapter
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -53,7 +56,9 @@ class Decoded:
     rows: np.ndarray  # int64 row numbers
     items: np.ndarray | list[Any]  # a (n, features) float32 matrix for numeric models
     ids: pa.Array | None
-    expected: np.ndarray | None  # float64, NaN where a row has no usable label
+    # float64, NaN where a row has no usable label; for a generative model objects, the
+    # expected text or None.
+    expected: np.ndarray | None
     errors: list[RowError]
 
 
@@ -65,7 +70,7 @@ def decode(window: Window, adapter: Adapter, columns: Columns) -> Decoded:
     assert table is not None
     rows = np.arange(window.start, window.start + table.num_rows, dtype=np.int64)
     ids = table.column(columns.id).combine_chunks() if columns.id else None
-    expected = _numbers(table.column(columns.label)) if columns.label else None
+    expected = _labels(table.column(columns.label), adapter) if columns.label else None
     matrix = _matrix(table, adapter, columns) if isinstance(adapter, NumericAdapter) else None
     if matrix is not None:
         items, good = matrix
@@ -74,7 +79,12 @@ def decode(window: Window, adapter: Adapter, columns: Columns) -> Decoded:
         errors += [_error(adapter, rows[i], ids, i, v) for i, v in zip(bad, values, strict=True)]
     else:
         keep, prepared = [], []
-        values = _row_values(table, columns, None, numeric=isinstance(adapter, NumericAdapter))
+        if isinstance(adapter, GenerativeAdapter) and len(columns.inputs) > 1:
+            lists = [table.column(c).to_pylist() for c in columns.inputs]
+            values = [_fields(columns.inputs, list(row)) for row in zip(*lists, strict=True)]
+        else:
+            numeric = isinstance(adapter, NumericAdapter)
+            values = _row_values(table, columns, None, numeric=numeric)
         for i, value in enumerate(values):
             try:
                 prepared.append(adapter.prepare(value))
@@ -149,6 +159,31 @@ def _numbers(column: pa.ChunkedArray) -> np.ndarray:
     return pc.fill_null(as_float, np.nan).to_numpy(zero_copy_only=False)
 
 
+def _labels(column: pa.ChunkedArray, adapter: Adapter) -> np.ndarray:
+    if not isinstance(adapter, GenerativeAdapter):
+        return _numbers(column)
+    return np.array([_label(v, adapter) for v in column.to_pylist()], dtype=object)
+
+
+def _label(value: Any, adapter: Adapter) -> float | str | None:
+    """A number (NaN: none); for a generative model the expected text (None: none)."""
+    if isinstance(adapter, GenerativeAdapter):
+        return value if isinstance(value, str) else None
+    return number_or_nan(value)
+
+
+def _fields(names: tuple[str, ...], cells: list[Any]) -> dict[str, Any]:
+    """A generative row's inputs object from columns named after its fields; empty
+    cells are left out (the defaults apply), and cells other than the prompt holding
+    JSON text (a CSV's ``32``, ``["\\n"]``) are parsed."""
+    found = {}
+    for name, cell in zip(names, cells, strict=True):
+        if cell is None or cell == "":
+            continue
+        found[name] = cell if name == "prompt" else _json(cell)
+    return found
+
+
 def number_or_nan(value: Any) -> float:
     try:
         return float(value)
@@ -209,15 +244,7 @@ def _decode_lines(
             if not isinstance(obj, dict):
                 raise BadInput("a line must be a JSON object")
             rid = obj.get(columns.id) if columns.id else None
-            missing = [c for c in columns.inputs if c not in obj]
-            if missing:
-                raise BadInput(f"no {', '.join(missing)} in this line")
-            value = (
-                obj[columns.inputs[0]]
-                if len(columns.inputs) == 1
-                else [obj[c] for c in columns.inputs]
-            )
-            items.append(adapter.prepare(value))
+            items.append(adapter.prepare(_line_value(obj, adapter, columns.inputs)))
         except orjson.JSONDecodeError as exc:
             errors.append(RowError(row, None, f"not JSON: {exc}"))
             continue
@@ -226,15 +253,29 @@ def _decode_lines(
             continue
         rows.append(row)
         ids.append(rid)
-        expected.append(number_or_nan(obj.get(columns.label)) if columns.label else np.nan)
+        if columns.label:
+            expected.append(obj.get(columns.label))
+    label_type = object if isinstance(adapter, GenerativeAdapter) else np.float64
     numeric = isinstance(adapter, NumericAdapter)
     return Decoded(
         np.array(rows, dtype=np.int64),
         np.stack(items) if numeric and items else items,
         _id_array(ids) if columns.id else None,
-        np.array(expected, dtype=np.float64) if columns.label else None,
+        np.array([_label(v, adapter) for v in expected], dtype=label_type)
+        if columns.label
+        else None,
         errors,
     )
+
+
+def _line_value(obj: dict[str, Any], adapter: Adapter, names: tuple[str, ...]) -> Any:
+    """A line's ``inputs`` value, from the input columns."""
+    if isinstance(adapter, GenerativeAdapter) and len(names) > 1:
+        return _fields(names, [obj.get(c) for c in names])  # the adapter names what is missing
+    missing = [c for c in names if c not in obj]
+    if missing:
+        raise BadInput(f"no {', '.join(missing)} in this line")
+    return obj[names[0]] if len(names) == 1 else [obj[c] for c in names]
 
 
 def _id_array(ids: list[Any]) -> pa.Array:

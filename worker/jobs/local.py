@@ -22,8 +22,10 @@ from storage import ResultStore
 from storage.jobs import CANCELLED, DONE, JobConflict, JobRecord, JobStore
 from worker.execution.aside import Submit, submit_rows
 from worker.execution.executor import ThreadExecutor
+from worker.execution.generative.runtime import engine_of
 from worker.jobs.batch_size import BatchSizer
 from worker.jobs.decode import Decoded, decode
+from worker.jobs.generation import generated_window
 from worker.jobs.liveness import running
 from worker.jobs.outputs import Parts, parts_dir
 from worker.jobs.params import JobParams
@@ -31,6 +33,8 @@ from worker.jobs.prefetch import prefetched
 from worker.jobs.rows import WindowResult, window_result
 from worker.jobs.sources import Window, count_rows, windows
 from worker.models import LoadedModel, ModelRegistry
+from worker.models.generative_model import GenerativeModel
+from worker.settings import SchedulingConfig
 
 
 class JobError(Exception):
@@ -100,6 +104,9 @@ class LocalJob:
 
     def _score(self, record: JobRecord, parts: Parts) -> None:
         model = self._registry.get(self.params.model)
+        if isinstance(model, GenerativeModel):
+            self._generate(record, model, parts)
+            return
         sizer = self.sizer = BatchSizer(
             self._registry.spec(self.params.model).scheduling,
             model.max_batch,
@@ -144,6 +151,26 @@ class LocalJob:
             parts.end(window.start, len(window))
             self._on_progress(Progress(end, total))
 
+    def _generate(self, record: JobRecord, model: GenerativeModel, parts: Parts) -> None:
+        """Each window's prompts on the model's engine (its KV cache charged to the store
+        as in a worker); one lane, so the lanes' shares never come into play."""
+        name = self.params.model
+
+        def reserve(nbytes: int) -> None:
+            self._registry.reserve(name, nbytes)
+
+        engine = engine_of(model, reserve, SchedulingConfig().lane_shares())
+        total = record.rows_total
+        self._on_progress(Progress(record.checkpoint, total))
+        for window, decoded in prefetched(self._decoded(record.checkpoint)):
+            parts.begin(window.start, len(window))
+            result = generated_window(
+                self.name, window, decoded, model, engine, sql_results=self.params.sql_results
+            )
+            self._commit(parts, window.start, result)
+            parts.end(window.start, len(window))
+            self._on_progress(Progress(window.start + len(window), total))
+
     def _decoded(self, start: int) -> Iterator[tuple[Window, Decoded]]:
         adapter = self._registry.adapter(self.params.model)
         columns = self.params.columns
@@ -155,7 +182,9 @@ class LocalJob:
     def _commit(self, parts: Parts, start: int, result: WindowResult) -> None:
         parts.write(start, result.table, result.errors)
         step = self._jobs.advance(self.name, start, result.counts)
-        self._store.write(result.results, result.drift, [], also=step)
+        self._store.write(
+            result.results, result.drift, [], also=step, generations=result.generations
+        )
 
 
 def open_job(jobs: JobStore, name: str, params: JobParams, *, kind: str) -> JobRecord:

@@ -12,11 +12,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from worker.jobs.decode import Columns, NumericAdapter
 from worker.jobs.sources import is_uri
 from worker.models import Adapter
+from worker.models.generative import GenerativeAdapter
 
 # Request ids are "{job}:{row}" and at most 128 characters.
 MAX_NAME_CHARS = 100
 NUMERIC_WINDOW_ROWS = 32_768
 TEXT_WINDOW_ROWS = 2048
+GENERATIVE_WINDOW_ROWS = 256
 
 
 def _location(value: Any) -> Any:
@@ -56,9 +58,12 @@ class JobParams(BaseModel):
 
     def window_for(self, adapter: Adapter) -> int:
         """Numeric rows are cheap (large windows: fewer commits); text costs a forward
-        pass of milliseconds per row (small windows: little to redo after a crash)."""
+        pass of milliseconds per row, and a generated text a pass per token (small
+        windows: little to redo after a crash)."""
         if self.window_rows is not None:
             return self.window_rows
+        if isinstance(adapter, GenerativeAdapter):
+            return GENERATIVE_WINDOW_ROWS
         return NUMERIC_WINDOW_ROWS if isinstance(adapter, NumericAdapter) else TEXT_WINDOW_ROWS
 
     def stored(self) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from consumers.contract import Priority, Status
 from consumers.errors import BadInput
-from storage import DriftRow, ResultRow
+from storage import DriftRow, GenerationRow, ResultRow
 from storage.jobs import WindowCounts
 from worker.jobs.batch_size import BatchSizer
 from worker.jobs.compute import Forward, Scored, score
@@ -24,6 +24,7 @@ from worker.jobs.decode import Decoded, RowError
 from worker.jobs.outputs import output_table
 from worker.jobs.sources import Window
 from worker.models import Adapter, ClassifierAdapter, LoadedModel
+from worker.models.generative_model import GenerativeModel
 
 
 @dataclass(slots=True)
@@ -33,6 +34,7 @@ class WindowResult:
     results: list[ResultRow]
     drift: list[DriftRow]
     counts: WindowCounts
+    generations: list[GenerationRow]  # a generative model's rows of ``generations``
 
 
 def window_result(
@@ -48,7 +50,36 @@ def window_result(
 ) -> WindowResult:
     """``forward``: the window's passes (see ``score``); ``sql_results``: build the result
     and drift rows; ``later``: rows of the job after this window (the sizer's backlog)."""
+    if isinstance(model, GenerativeModel):  # its engine, not forward passes: a local job's
+        raise ValueError(f"model {model.name!r} is generative: only a local job scores it")
     scored = score(model, decoded.items, sizer, forward, later=later)
+    labels = _numeric_labels(model.adapter, decoded, scored)
+    return assembled(job, window, decoded, model, scored, labels, sql_results=sql_results)
+
+
+@dataclass(slots=True)
+class Labels:
+    """What a window's labels gave, over its scored rows."""
+
+    truth: pa.Array | None  # the output file's ``expected`` column; None: no label column
+    drift: list[tuple[int, float, float, float]]  # (row, output, expected, error)
+    labelled: int = 0
+    correct: int = 0
+    abs_error_sum: float = 0.0
+
+
+def assembled(
+    job: str,
+    window: Window,
+    decoded: Decoded,
+    model: LoadedModel,
+    scored: Scored,
+    labels: Labels,
+    *,
+    sql_results: bool,
+    generations: list[GenerationRow] | None = None,
+) -> WindowResult:
+    """The window's output table, error lines, SQL rows (with ``sql_results``) and counts."""
     keep = scored.keep
     errors = list(decoded.errors)
     for i, code, message in scored.failures:
@@ -59,37 +90,7 @@ def window_result(
     columns: dict[str, pa.Array] = {"row": pa.array(rows)}
     if decoded.ids is not None:
         columns["id"] = decoded.ids.filter(pa.array(keep))
-    truth = None
-    if decoded.expected is not None:
-        classes = isinstance(model.adapter, ClassifierAdapter)
-        truth = expected_column(decoded.expected[keep], classes=classes)
-    table = output_table(columns, scored.columns, truth)
-
-    labelled = correct = 0
-    abs_error_sum = 0.0
-    drift_rows: list[tuple[int, float, float, float]] = []
-    if decoded.expected is not None and scored.numeric is not None:
-        expected = decoded.expected[keep]
-        usable = usable_labels(model.adapter, expected)
-        output, truth = scored.numeric[usable], expected[usable]
-        labelled = int(usable.sum())
-        correct = int((output == truth).sum())
-        # The drift log's error, as ``Labelled`` has it: 0 or 1 for a classifier.
-        if isinstance(model.adapter, ClassifierAdapter):
-            error = (output != truth).astype(np.float64)
-        else:
-            error = output - truth
-        abs_error_sum = float(np.abs(error).sum())
-        if sql_results:
-            drift_rows = list(
-                zip(
-                    rows[usable].tolist(),
-                    output.tolist(),
-                    truth.tolist(),
-                    error.tolist(),
-                    strict=True,
-                )
-            )
+    table = output_table(columns, scored.columns, labels.truth)
 
     results: list[ResultRow] = []
     drift: list[DriftRow] = []
@@ -103,10 +104,35 @@ def window_result(
         ]
         drift = [
             DriftRow(f"{job}:{row}", model.name, model.version, out, exp, err, now)
-            for row, out, exp, err in drift_rows
+            for row, out, exp, err in labels.drift
         ]
-    counts = WindowCounts(len(window), len(errors), labelled, correct, abs_error_sum)
-    return WindowResult(table, [error_line(e) for e in errors], results, drift, counts)
+    counts = WindowCounts(
+        len(window), len(errors), labels.labelled, labels.correct, labels.abs_error_sum
+    )
+    lines = [error_line(e) for e in errors]
+    return WindowResult(table, lines, results, drift, counts, generations or [])
+
+
+def _numeric_labels(adapter: Adapter, decoded: Decoded, scored: Scored) -> Labels:
+    if decoded.expected is None:
+        return Labels(None, [])
+    classes = isinstance(adapter, ClassifierAdapter)
+    expected = decoded.expected[scored.keep]
+    labels = Labels(expected_column(expected, classes=classes), [])
+    if scored.numeric is None:
+        return labels
+    usable = usable_labels(adapter, expected)
+    output, truth = scored.numeric[usable], expected[usable]
+    labels.labelled = int(usable.sum())
+    labels.correct = int((output == truth).sum())
+    # The drift log's error, as ``Labelled`` has it: 0 or 1 for a classifier.
+    error = (output != truth).astype(np.float64) if classes else output - truth
+    labels.abs_error_sum = float(np.abs(error).sum())
+    rows = decoded.rows[scored.keep][usable]
+    labels.drift = list(
+        zip(rows.tolist(), output.tolist(), truth.tolist(), error.tolist(), strict=True)
+    )
+    return labels
 
 
 def expected_column(expected: np.ndarray, *, classes: bool) -> pa.Array:
