@@ -230,14 +230,19 @@ def demo(
     digits: Annotated[int, typer.Option(help="Number of digits requests.")] = 6000,
     diabetes: Annotated[int, typer.Option(help="Number of diabetes requests.")] = 1000,
     minilm: Annotated[int, typer.Option(help="Number of minilm requests.")] = 600,
+    tinylm: Annotated[
+        int, typer.Option(help="Number of prompts for the generative model, streamed.")
+    ] = 4,
     database: Database = None,
     http_port: HttpPort = None,
 ) -> None:
-    """A labelled mixed workload through an embedded broker, SQLite and the demo models.
+    """A labelled mixed workload through an embedded broker, SQLite and the demo models,
+    then a few prompts whose text streams from the generative demo model.
 
     Then a report, and the commands that query what it wrote."""
     from storage import redacted_url
     from worker.cli.registry import load_registry
+    from worker.demo.generative_model import ensure_generative_demo
     from worker.demo.run import render, run_demo, workload
     from worker.launch import with_broker
 
@@ -253,11 +258,11 @@ def demo(
         # A fresh file each time, so the report counts this run only.
         Path(url.removeprefix("sqlite:///")).unlink(missing_ok=True)
     with console.status("building or loading the demo models"):
-        registry = load_registry(None)
+        registry = load_registry(ensure_generative_demo())
     with with_broker(settings) as resolved:
         database_shown = redacted_url(resolved.database_url)
         console.print(f"broker {resolved.bootstrap}, database {database_shown}")
-        items = workload(digits, diabetes, minilm, resolved)
+        items = workload(digits, diabetes, minilm, resolved, tinylm)
         report = asyncio.run(run_demo(resolved, registry, items, console))
     render(report, console)
     _next_steps(url, report.thresholds)

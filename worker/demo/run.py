@@ -4,7 +4,8 @@ The worker, a publisher and a results reader share one event loop; the report re
 the results topic for latency and the SQL store for accuracy and the anomaly query.
 The labelled traffic comes in two phases: clean, then shifted (inverted digits,
 rescaled diabetes features); the drift windows catch the shift, and a PNG report is
-written next to the database.
+written next to the database. Then a few prompts go to the generative demo model, their
+text shown as it streams (``stream``).
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from storage import DriftSummary, anomaly_count, drift_summary, make_engine, res
 from storage.drift_windows import read_flags, read_windows
 from storage.queries import error_rms
 from worker.base.blocking import off_loop
+from worker.demo.stream import stream_prompts
 from worker.demo.workload import (
     Labelled,
     diabetes_requests,
     digits_requests,
     minilm_requests,
     spread_over_lanes,
+    tinylm_requests,
 )
 from worker.facade import Worker
 from worker.models import ClassifierAdapter, ModelRegistry
@@ -64,10 +67,12 @@ ANOMALY_RMS = 3.0
 
 @dataclass
 class DemoWorkload:
-    """Two phases: the shifted one starts once every clean result is back."""
+    """Two phases: the shifted one starts once every clean result is back; the
+    generative prompts go last, on their own."""
 
     clean: list[Labelled]
     shifted: list[Labelled]
+    prompts: list[Labelled] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.clean) + len(self.shifted)
@@ -91,6 +96,7 @@ class DemoReport:
     seconds: float  # from the first publish to the last result: includes the group join
     serving_s: float  # from the first result to the last: the steady rate
     results: list[InferenceResult] = field(default_factory=list)
+    generated: list[InferenceResult] = field(default_factory=list)  # the prompts' results
     drift: dict[str, DriftSummary] = field(default_factory=dict)
     thresholds: dict[str, float] = field(default_factory=dict)  # anomaly: |error| above
     anomalies: int = 0
@@ -105,9 +111,10 @@ class DemoReport:
 
 
 def workload(
-    n_digits: int, n_diabetes: int, n_minilm: int, settings: WorkerSettings
+    n_digits: int, n_diabetes: int, n_minilm: int, settings: WorkerSettings, n_tinylm: int = 0
 ) -> DemoWorkload:
-    """Half the digits and diabetes requests clean, the other half shifted."""
+    """Half the digits and diabetes requests clean, the other half shifted; then
+    ``n_tinylm`` prompts on the normal lane."""
     shifted_digits, shifted_diabetes = n_digits // 2, n_diabetes // 2
     clean = (
         digits_requests(n_digits - shifted_digits)
@@ -118,9 +125,11 @@ def workload(
     shifted += diabetes_requests(
         shifted_diabetes, prefix="diabetes-shifted", scale=DIABETES_SHIFT_SCALE
     )
+    prompts = [Labelled(settings.topics.normal, r) for r in tinylm_requests(n_tinylm)]
     return DemoWorkload(
         spread_over_lanes(clean, settings.topics),
         spread_over_lanes(shifted, settings.topics, seed=2),
+        prompts,
     )
 
 
@@ -151,6 +160,9 @@ async def run_demo(
             await asyncio.gather(*sends)
             await _collect(reader, seen, expected, console)
             done_s = time.monotonic()
+            generated = await stream_prompts(
+                producer, reader, items.prompts, console, stall_s=STALL_S
+            )
         finally:
             await producer.stop()
             await reader.stop()
@@ -158,10 +170,11 @@ async def run_demo(
     try:
         thresholds = anomaly_thresholds(engine, registry, shift_at)
         report = DemoReport(
-            sent=expected,
+            sent=expected + len(items.prompts),
             seconds=done_s - started,
             serving_s=done_s - first_s,
             results=list(seen.values()),
+            generated=generated,
             drift={m: drift_summary(engine, t)[m] for m, t in thresholds.items()},
             thresholds=thresholds,
             anomalies=anomaly_count(engine, 0.5, model="digits"),

@@ -68,6 +68,29 @@ def minilm_requests(n: int, *, prefix: str = "minilm", seed: int = 7) -> list[In
     ]
 
 
+# Openings of the license texts the generative demo model (tinylm) was trained on.
+PROMPTS = (
+    "Permission is hereby granted",
+    "THE SOFTWARE IS PROVIDED",
+    "Redistribution and use in source and binary forms",
+    "Licensed under the Apache License",
+)
+
+
+def tinylm_requests(
+    n: int, *, prefix: str = "tinylm", max_new_tokens: int = 40
+) -> list[InferenceRequest]:
+    """``n`` greedy prompts for the generative demo model, cycling through ``PROMPTS``."""
+    return [
+        InferenceRequest(
+            request_id=f"{prefix}-{i}",
+            model="tinylm",
+            inputs={"prompt": PROMPTS[i % len(PROMPTS)], "max_new_tokens": max_new_tokens},
+        )
+        for i in range(n)
+    ]
+
+
 # Share of traffic per lane in the mixed workload: mostly normal, some bulk, a few urgent.
 LANES = (Priority.HIGH, Priority.NORMAL, Priority.LOW)
 LANE_WEIGHTS = (0.1, 0.7, 0.2)
