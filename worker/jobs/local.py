@@ -20,7 +20,7 @@ from pathlib import Path
 
 from storage import ResultStore
 from storage.jobs import CANCELLED, DONE, JobConflict, JobRecord, JobStore
-from worker.execution.aside import Submit, submit_rows
+from worker.execution.aside import submit_rows
 from worker.execution.executor import ThreadExecutor
 from worker.execution.generative.runtime import engine_of
 from worker.jobs.batch_size import BatchSizer
@@ -32,9 +32,12 @@ from worker.jobs.params import JobParams
 from worker.jobs.prefetch import prefetched
 from worker.jobs.rows import WindowResult, window_result
 from worker.jobs.sources import Window, count_rows, windows
-from worker.models import LoadedModel, ModelRegistry
+from worker.models import ModelRegistry
 from worker.models.generative_model import GenerativeModel
 from worker.settings import SchedulingConfig
+
+# A window's decoded rows, and how many rows of the job come after it, to its result.
+WindowScorer = Callable[[Window, Decoded, int], WindowResult]
 
 
 class JobError(Exception):
@@ -104,40 +107,21 @@ class LocalJob:
 
     def _score(self, record: JobRecord, parts: Parts) -> None:
         model = self._registry.get(self.params.model)
+        self._on_progress(Progress(record.checkpoint, record.rows_total))
         if isinstance(model, GenerativeModel):
-            self._generate(record, model, parts)
+            self._windows(record, parts, self._generating(model))
             return
         sizer = self.sizer = BatchSizer(
             self._registry.spec(self.params.model).scheduling,
             model.max_batch,
             fixed=self.params.batch_size,
         )
-        done = record.checkpoint
-        total = record.rows_total
-        self._on_progress(Progress(done, total))
         # Its own executor: one compute thread, as a worker's jobs have their own.
         executor = ThreadExecutor(self._registry.get)
-        try:
-            self._windows(done, total, model, sizer, parts, executor.submit)
-        finally:
-            executor.shutdown()
+        forward = partial(submit_rows, executor.submit, self.params.model)
 
-    def _windows(
-        self,
-        done: int,
-        total: int | None,
-        model: LoadedModel,
-        sizer: BatchSizer,
-        parts: Parts,
-        submit: Submit,
-    ) -> None:
-        forward = partial(submit_rows, submit, self.params.model)
-        for window, decoded in prefetched(self._decoded(done)):
-            parts.begin(window.start, len(window))
-            end = window.start + len(window)
-            # Rows after this window: unknown for a file not counted, then one more window.
-            later = len(window) if total is None else max(0, total - end)
-            result = window_result(
+        def scored(window: Window, decoded: Decoded, later: int) -> WindowResult:
+            return window_result(
                 self.name,
                 window,
                 decoded,
@@ -147,11 +131,13 @@ class LocalJob:
                 sql_results=self.params.sql_results,
                 later=later,
             )
-            self._commit(parts, window.start, result)
-            parts.end(window.start, len(window))
-            self._on_progress(Progress(end, total))
 
-    def _generate(self, record: JobRecord, model: GenerativeModel, parts: Parts) -> None:
+        try:
+            self._windows(record, parts, scored)
+        finally:
+            executor.shutdown()
+
+    def _generating(self, model: GenerativeModel) -> WindowScorer:
         """Each window's prompts on the model's engine (its KV cache charged to the store
         as in a worker); one lane, so the lanes' shares never come into play."""
         name = self.params.model
@@ -160,16 +146,23 @@ class LocalJob:
             self._registry.reserve(name, nbytes)
 
         engine = engine_of(model, reserve, SchedulingConfig().lane_shares())
+
+        def generated(window: Window, decoded: Decoded, _later: int) -> WindowResult:
+            sql = self.params.sql_results
+            return generated_window(self.name, window, decoded, model, engine, sql_results=sql)
+
+        return generated
+
+    def _windows(self, record: JobRecord, parts: Parts, scorer: WindowScorer) -> None:
         total = record.rows_total
-        self._on_progress(Progress(record.checkpoint, total))
         for window, decoded in prefetched(self._decoded(record.checkpoint)):
             parts.begin(window.start, len(window))
-            result = generated_window(
-                self.name, window, decoded, model, engine, sql_results=self.params.sql_results
-            )
-            self._commit(parts, window.start, result)
+            end = window.start + len(window)
+            # Rows after this window: unknown for a file not counted, then one more window.
+            later = len(window) if total is None else max(0, total - end)
+            self._commit(parts, window.start, scorer(window, decoded, later))
             parts.end(window.start, len(window))
-            self._on_progress(Progress(window.start + len(window), total))
+            self._on_progress(Progress(end, total))
 
     def _decoded(self, start: int) -> Iterator[tuple[Window, Decoded]]:
         adapter = self._registry.adapter(self.params.model)
