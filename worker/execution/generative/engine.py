@@ -32,6 +32,7 @@ from transformers.generation.continuous_batching.requests import GenerationOutpu
 from consumers.contract import Priority
 from worker.base.blocking import own_thread
 from worker.base.generation import Sampling, ms
+from worker.execution.generative.attention import PER_SEQUENCE, STOCK, fits, switch
 from worker.execution.generative.sampling import processors
 from worker.execution.generative.step_scheduler import LaneBook, register
 from worker.execution.generative.text_stream import Chunk, TextStream
@@ -247,7 +248,10 @@ class GenerativeEngine:
             allow_block_sharing=False,
             max_memory_percent=1.0,  # the KV budget is num_blocks, not a share of free memory
         )
+        switch(self._model, STOCK)
         manager = ContinuousBatchingManager(self._model, generation, batching)  # type: ignore[arg-type]
+        if fits(self._model):
+            switch(self._model, PER_SEQUENCE)
         # Both are handed to the batch processor when it is made: set them first.
         manager.logit_processor = processors()
         manager.output_router = self._router
