@@ -11,7 +11,8 @@ A local Ray instance (``--cpus``, default 2) reads a Parquet file of digits rows
   run), then a check that every row id has exactly one result row.
 
 Each figure is rows over the wall time of the whole ``map_batches`` run, actor start-up
-(loading the model) included, the same for the three. Needs ``pip install
+(loading the model) included, the same for the three; beside it, the machine's busy
+share of its cores over the run (whatever else runs there included). Needs ``pip install
 'inferlane[ray]'``.
 """
 
@@ -32,7 +33,7 @@ import ray
 import torch
 
 from bench.jobs import digits_parquet
-from bench.jobs_scaleout import pg_database, stored_rows
+from bench.jobs_scaleout import CpuUse, pg_database, stored_rows
 from worker.cli.registry import load_registry
 from worker.demo.models import ensure_demo_models
 from worker.jobs.ray_data import Scorer
@@ -59,7 +60,11 @@ class ByHand:
         )
 
 
-def _timed(ds: ray.data.Dataset, fn: type, kwargs: dict[str, Any], args: Any) -> float:
+def _timed(
+    ds: ray.data.Dataset, fn: type, kwargs: dict[str, Any], args: Any
+) -> tuple[float, float]:
+    """Rows per second, and the machine's busy share over the run."""
+    use = CpuUse([])
     started = time.perf_counter()
     scored = ds.map_batches(
         fn,
@@ -71,7 +76,7 @@ def _timed(ds: ray.data.Dataset, fn: type, kwargs: dict[str, Any], args: Any) ->
     rows = scored.count()
     elapsed = time.perf_counter() - started
     assert rows == args.rows, (rows, args.rows)
-    return rows / elapsed
+    return rows / elapsed, use.report()["machine_busy_share"]
 
 
 def _once_in_sql(url: str, rows: int) -> bool:
@@ -90,10 +95,12 @@ def one_round(ds: ray.data.Dataset, models: Path, args: Any, n: int) -> dict[str
         "models": str(models),
         "torch_threads": args.torch_threads,
     }
-    plain = _timed(ds, ByHand, {"path": path, "torch_threads": args.torch_threads}, args)
-    no_sql = _timed(ds, Scorer, {**entry, "sql_results": False}, args)
+    plain, plain_busy = _timed(
+        ds, ByHand, {"path": path, "torch_threads": args.torch_threads}, args
+    )
+    no_sql, no_sql_busy = _timed(ds, Scorer, {**entry, "sql_results": False}, args)
     with pg_database() as url:
-        with_sql = _timed(ds, Scorer, {**entry, "database": url}, args)
+        with_sql, with_sql_busy = _timed(ds, Scorer, {**entry, "database": url}, args)
         once = _once_in_sql(url, args.rows)
     return {
         "plain_rows_per_s": round(plain),
@@ -102,6 +109,7 @@ def one_round(ds: ray.data.Dataset, models: Path, args: Any, n: int) -> dict[str
         "every_row_once_in_sql": once,
         "no_sql_vs_plain": round(no_sql / plain, 3),
         "with_sql_vs_plain": round(with_sql / plain, 3),
+        "machine_busy_share": [plain_busy, no_sql_busy, with_sql_busy],
     }
 
 

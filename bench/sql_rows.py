@@ -9,12 +9,16 @@ the Ray Data bench's batch), timed per write, into a fresh SQLite file and a fre
 PostgreSQL database: first as new rows, then the same rows again (every row a
 conflict: what a resumed window or a Ray batch run twice writes). Each pass is checked
 afterwards: one result and one drift row per id. The figure is input rows per second
-of ``write`` alone (binding, driver, database), the median of ``--rounds`` rounds.
+of ``write`` alone (binding, driver, database), the median of ``--rounds`` rounds; beside
+it, the CPU time per input row of this process (building the statements' data) and, on
+a PostgreSQL server on this machine, of the connection's backend process (storing it):
+those two move less than the rate when other work shares the machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -67,15 +71,43 @@ def database(kind: str) -> Iterator[str]:
         yield f"sqlite:///{Path(tmp) / 'rows.db'}"
 
 
-def _written(store: ResultStore, results: list[ResultRow], drift: list[DriftRow], n: int) -> float:
-    """Rows per second of writing ``results`` and ``drift`` in transactions of ``n`` rows."""
-    spent = 0.0
+def _written(
+    store: ResultStore, results: list[ResultRow], drift: list[DriftRow], n: int
+) -> dict[str, float | None]:
+    """Rows per second of writing ``results`` and ``drift`` in transactions of ``n`` rows,
+    and CPU microseconds per row here and in PostgreSQL's backend."""
+    backend = _backend_pid(store)
+    spent = client = server = 0.0
     for start in range(0, len(results), n):
         part, part_drift = results[start : start + n], drift[start : start + n]
-        started = time.perf_counter()
+        started, cpu, served = time.perf_counter(), time.process_time(), _cpu_s(backend)
         store.write(part, part_drift, [])
         spent += time.perf_counter() - started
-    return len(results) / spent
+        client += time.process_time() - cpu
+        server += _cpu_s(backend) - served
+    return {
+        "rows_per_s": round(len(results) / spent),
+        "client_us_per_row": round(client * 1e6 / len(results), 1),
+        "server_us_per_row": round(server * 1e6 / len(results), 1) if backend else None,
+    }
+
+
+def _backend_pid(store: ResultStore) -> int | None:
+    """The pid of the PostgreSQL backend that the store's (one, reused) connection has, if
+    it runs on this machine."""
+    if store.engine.dialect.name != "postgresql":
+        return None
+    with store.engine.connect() as conn:
+        pid = int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+    return pid if os.path.exists(f"/proc/{pid}/stat") else None
+
+
+def _cpu_s(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def one_pass(
@@ -89,7 +121,10 @@ def one_pass(
         stored = stored_rows(url)
     if stored != (len(results),) * 3:
         raise AssertionError(f"{kind}: stored (rows, ids, drift rows) {stored}, not {len(results)}")
-    return {"new_rows_per_s": round(new), "rewritten_rows_per_s": round(again)}
+    return {
+        **{f"new_{what}": value for what, value in new.items()},
+        **{f"rewritten_{what}": value for what, value in again.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -116,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
                 "median": statistics.median(r[what] for r in results),
                 "range": [min(r[what] for r in results), max(r[what] for r in results)],
             }
-            for what in ("new_rows_per_s", "rewritten_rows_per_s")
+            for what in results[0]
+            if results[0][what] is not None
         }
         for key, results in runs.items()
     }

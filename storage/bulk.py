@@ -5,10 +5,13 @@ Compiled once per engine; each row is bound by its column types' own bind proces
 building was the largest single cost of a results write (about a quarter of the
 worker's GIL time on digits), and a write happens for every request.
 
-On PostgreSQL a write of many rows (a job's window) goes through COPY instead: into a
-temporary table of the same shape, then one ``INSERT ... SELECT`` with the same
-``ON CONFLICT`` update, in the caller's transaction. executemany, even pipelined, pays
-a statement per row.
+On PostgreSQL a write of many rows (a job's window) goes through COPY instead, its text
+built a column at a time (``storage.copy_text``): executemany, even pipelined, pays a
+statement per row. New keys (a fresh job's windows) are copied straight into the table,
+inside a savepoint; if any key is there already (a resumed window, a Ray batch run
+again), the savepoint is rolled back and the same text goes into a temporary table of
+the same shape, then one ``INSERT ... SELECT`` with the same ``ON CONFLICT`` update. All
+of it runs in the caller's transaction.
 """
 
 from __future__ import annotations
@@ -19,14 +22,16 @@ from typing import Any
 
 from sqlalchemy import Connection, Dialect, Table
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.sql.dml import Insert
+
+from storage.copy_text import CopyText
 
 Processor = Callable[[Any], Any]
 
 
-# From this many rows on, a PostgreSQL write goes through COPY (below it, the staging
-# table's extra round trips cost more than they save).
+# From this many rows on, a PostgreSQL write goes through COPY (below it, the savepoint's
+# and the COPY's own round trips cost more than they save).
 COPY_MIN_ROWS = 500
 
 
@@ -52,13 +57,12 @@ class BulkStatement:
             copy = CopyUpsert.compile(stmt.table, columns, dialect)
         return cls(compiled.string, columns, tuple(processed), copy)
 
-    def execute(self, conn: Connection, rows: Iterable[Sequence[Any]]) -> None:
+    def execute(self, conn: Connection, rows: Sequence[Sequence[Any]]) -> None:
         """``rows`` hold values in ``columns`` order."""
-        params = [self._bind(row) for row in rows]
-        if self.copy is not None and len(params) >= COPY_MIN_ROWS:
-            self.copy.execute(conn, params)
-        elif params:
-            conn.exec_driver_sql(self.sql, params)
+        if self.copy is not None and len(rows) >= COPY_MIN_ROWS:
+            self.copy.execute(conn, rows)
+        elif rows:
+            conn.exec_driver_sql(self.sql, [self._bind(row) for row in rows])
 
     def _bind(self, row: Sequence[Any]) -> tuple[Any, ...]:
         values = list(row)
@@ -69,11 +73,14 @@ class BulkStatement:
 
 @dataclass(frozen=True, slots=True)
 class CopyUpsert:
-    """The upsert as COPY into a temporary table (emptied at commit) and one
-    ``INSERT ... SELECT ... ON CONFLICT (key) DO UPDATE`` of every other column."""
+    """The upsert as COPY: straight into the table while every key is new, else into a
+    temporary table (emptied at commit) and one ``INSERT ... SELECT ... ON CONFLICT (key)
+    DO UPDATE`` of every other column."""
 
-    create: str
+    text: CopyText
     copy: str
+    create: str
+    copy_staged: str
     insert: str
 
     @classmethod
@@ -84,6 +91,8 @@ class CopyUpsert:
         key = [c.name for c in table.primary_key]
         update = ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in columns if c not in key)
         return cls(
+            CopyText.compile(table, columns),
+            f"COPY {name} ({names}) FROM STDIN",
             f"CREATE TEMPORARY TABLE IF NOT EXISTS {stage} (LIKE {name} INCLUDING DEFAULTS) "
             "ON COMMIT DELETE ROWS",
             f"COPY {stage} ({names}) FROM STDIN",
@@ -91,21 +100,36 @@ class CopyUpsert:
             f"ON CONFLICT ({', '.join(quote(c) for c in key)}) DO UPDATE SET {update}",
         )
 
-    def execute(self, conn: Connection, params: Sequence[tuple[Any, ...]]) -> None:
-        """Rows already bound (``BulkStatement._bind``); in ``conn``'s transaction."""
+    def execute(self, conn: Connection, rows: Sequence[Sequence[Any]]) -> None:
+        """Unbound rows, in ``conn``'s transaction."""
         import psycopg  # here: a SQLite-only install may lack the driver
 
-        conn.exec_driver_sql(self.create)
-        cursor: Any = conn.connection.cursor()  # psycopg's, which has ``copy``
+        text = list(self.text.payload(rows))
         try:
-            with cursor.copy(self.copy) as copy:
-                for row in params:
-                    copy.write_row(row)
-        except psycopg.Error as exc:  # as SQLAlchemy wraps the statements' errors
-            raise DBAPIError.instance(self.copy, None, exc, psycopg.Error) from exc
-        finally:
-            cursor.close()
+            with conn.begin_nested():
+                _copy(conn, self.copy, text)
+            return
+        except IntegrityError as exc:
+            if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
+                raise
+        # A key is stored already: the savepoint undid this COPY; upsert every row.
+        conn.exec_driver_sql(self.create)
+        _copy(conn, self.copy_staged, text)
         conn.exec_driver_sql(self.insert)
+
+
+def _copy(conn: Connection, statement: str, text: Iterable[memoryview]) -> None:
+    import psycopg
+
+    cursor: Any = conn.connection.cursor()  # psycopg's, which has ``copy``
+    try:
+        with cursor.copy(statement) as copy:
+            for piece in text:
+                copy.write(piece)
+    except psycopg.Error as exc:  # as SQLAlchemy wraps the statements' errors
+        raise DBAPIError.instance(statement, None, exc, psycopg.Error) from exc
+    finally:
+        cursor.close()
 
 
 def _positional(dialect: Dialect) -> Dialect:

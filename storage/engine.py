@@ -29,7 +29,7 @@ def make_engine(url: str) -> Engine:
         return _sqlite_engine(parsed)
     # hide_parameters: errors and logs show statements, never the values (request data).
     return create_engine(
-        parsed, pool_pre_ping=True, json_serializer=_json_dumps, hide_parameters=True
+        parsed, pool_pre_ping=True, json_serializer=json_text, hide_parameters=True
     )
 
 
@@ -70,7 +70,7 @@ def _with_shipped_driver(url: URL) -> URL:
     return url
 
 
-def _json_dumps(value: Any) -> str:
+def json_text(value: Any) -> str:
     # orjson is fast, takes numpy arrays, and writes NaN as null: PostgreSQL's json type
     # rejects the NaN token that json.dumps writes.
     return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
@@ -80,7 +80,7 @@ def _sqlite_engine(url: URL) -> Engine:
     database = url.database
     if database and database != ":memory:" and not url.query.get("uri"):
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, json_serializer=_json_dumps, hide_parameters=True)
+    engine = create_engine(url, json_serializer=json_text, hide_parameters=True)
     event.listen(engine, "connect", _sqlite_on_connect)
     event.listen(engine, "begin", _sqlite_on_begin)
     return engine

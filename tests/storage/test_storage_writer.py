@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from datetime import UTC
+from datetime import UTC, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -179,3 +179,64 @@ def test_a_write_of_many_rows_stores_and_upserts_as_a_small_one(store: ResultSto
     assert not caught.value.retriable
     assert count_results(store.engine) == n
     assert store.committed_offsets("g") == {("t", 0): n}
+
+
+def test_a_write_of_many_rows_round_trips_every_value_as_a_small_one(store: ResultStore) -> None:
+    """COPY text (PostgreSQL, from COPY_MIN_ROWS rows) escapes what its format uses, writes
+    floats that read back exactly and times in any zone as the instant they name."""
+    n = COPY_MIN_ROWS
+    message = "tab\there\nline\rback\\slash \\N end"
+    east = NOW.astimezone(timezone(timedelta(hours=2))) + timedelta(microseconds=7)
+    values = [0.1 + 0.2, 1e300, -2.5e-300, 123456789.125, 0.0]
+    rows = [
+        result(f"r{i}", error_message=message, batch_id=None, compute_ms=values[i % 5])
+        for i in range(n)
+    ]
+    rows[0] = result("r0", created_at=east, source_offset=2**62, batch_size=-(2**31))
+    store.write(rows, [drift(f"r{i}", values[i % 5], -values[i % 5]) for i in range(n)], [])
+
+    drift_log = inference_log.c
+    with store.engine.connect() as conn:
+        stored = {r.request_id: r for r in conn.execute(select(inference_results))}
+        errors = dict(conn.execute(select(drift_log.request_id, drift_log.error)).all())
+    assert len(stored) == n
+    assert stored["r1"].error_message == message and stored["r1"].batch_id is None
+    assert [stored[f"r{i}"].compute_ms for i in range(1, 5)] == values[1:]
+    assert [errors[f"r{i}"] for i in range(5)] == [2 * v for v in values]
+    if store.engine.dialect.name == "postgresql":  # SQLite keeps the wall time, no zone
+        assert stored["r0"].created_at == east
+    assert stored["r0"].source_offset == 2**62 and stored["r0"].batch_size == -(2**31)
+
+    rows[1] = result("r1", source_offset=2**63)  # beyond BIGINT
+    with pytest.raises(RowsRefused):
+        store.write(rows, [], [])
+
+
+@pytest.mark.parametrize("overlap", ["first rows", "last rows"])
+def test_a_write_of_many_rows_over_some_stored_keys_upserts_each_row_once(
+    store: ResultStore, overlap: str
+) -> None:
+    """A large write whose keys are partly stored (a retried window, a Ray batch run again
+    after a partial one) overwrites those rows and adds the others: one row per id."""
+    n = COPY_MIN_ROWS * 2
+    stored = range(n) if overlap == "first rows" else range(n, 2 * n)
+    store.write([result(f"r{i}") for i in stored], [drift(f"r{i}", 0.0, 0.0) for i in stored], [])
+
+    ids = range(n // 2, n // 2 + n)  # half of them stored already
+    again = [result(f"r{i}", status="error", source_offset=i) for i in ids]
+    store.write(again, [drift(f"r{i}", 1.0, 0.0) for i in ids], [offset("t", 0, 5)])
+    new = [result(f"n{i}") for i in range(n)]  # and a write of new keys after it
+    store.write(new, [drift(f"n{i}", 2.0, 0.0) for i in range(n)], [])
+
+    everything = set(stored) | set(ids)
+    results, drift_log = inference_results.c, inference_log.c
+    with store.engine.connect() as conn:
+        status = dict(conn.execute(select(results.request_id, results.status)).all())
+        errors = dict(conn.execute(select(drift_log.request_id, drift_log.error)).all())
+    assert len(status) == count_results(store.engine) == len(everything) + n
+    assert {status[f"r{i}"] for i in ids} == {"error"}
+    assert {status[f"r{i}"] for i in set(stored) - set(ids)} == {"ok"}
+    assert len(errors) == len(everything) + n
+    assert {errors[f"r{i}"] for i in ids} == {1.0}
+    assert {errors[f"r{i}"] for i in set(stored) - set(ids)} == {0.0}
+    assert store.committed_offsets("g") == {("t", 0): 5}

@@ -30,6 +30,7 @@ not import it.
 
 from __future__ import annotations
 
+import gc
 import logging
 from functools import partial
 from pathlib import Path
@@ -85,6 +86,11 @@ class Scorer:
         self._columns = Columns(names, id_column, label_column)
         self._sql_results = sql_results
         self._store = ResultStore(database or "sqlite:///inferlane.db") if sql_results else None
+        # What exists now (modules, registry, model) lives as long as the actor: frozen
+        # out of the collector's full passes, which walked all of it each time a batch's
+        # rows piled up (then more than half the cost of building the rows).
+        gc.collect()
+        gc.freeze()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         if not isinstance(batch, pa.Table):
