@@ -78,9 +78,9 @@ async def stream_prompts(
     console: Console,
     *,
     stall_s: float,
-) -> list[InferenceResult]:
-    """Publish ``prompts`` and show their text as it streams; their final results (those
-    that came before ``stall_s`` without news)."""
+) -> None:
+    """Publish ``prompts`` and show their text as it streams, until their results are in
+    (or nothing came for ``stall_s``)."""
     texts = _Texts(prompts)
     sends = [await producer.send(p.topic, p.value, key=p.key) for p in prompts]
     for send in sends:
@@ -99,4 +99,3 @@ async def stream_prompts(
             live.update(texts.table())
     if not console.is_terminal:  # Live prints its last table there without a line end
         console.line()
-    return list(texts.results.values())
