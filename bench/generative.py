@@ -180,18 +180,18 @@ def choose_model(cache: Path) -> tuple[Path, dict[str, Any]]:
     raise AssertionError("unreachable")
 
 
-def write_registry(folder: Path, n_requests: int) -> Path:
+def write_registry(folder: Path, n_requests: int, kv_tokens: int | None = None) -> Path:
     """The demo's registry entry for this model, with room for 256 new tokens and a KV
-    cache that holds every request at once."""
+    cache that holds every request at once (or ``kv_tokens`` tokens)."""
     from transformers import AutoConfig
 
     per_token = kv_bytes_per_token(AutoConfig.from_pretrained(folder), torch.float32)
     longest = PROMPT_TOKENS[1] + NEW_TOKENS[1] + PAGE_TOKENS  # a partly filled last page
     text = generative_entry(folder.name)
     text = re.sub(r"^max_new_tokens = \d+", f"max_new_tokens = {NEW_TOKENS[1]}", text, flags=re.M)
-    kv = per_token * longest * (n_requests + 1)
+    kv = per_token * (kv_tokens or longest * (n_requests + 1))
     text = re.sub(r"^kv_cache_bytes = .*$", f"kv_cache_bytes = {kv}", text, flags=re.M)
-    registry = folder.with_name(f"registry-{folder.name}.toml")
+    registry = folder.with_name(f"registry-{folder.name}-{kv}.toml")
     registry.write_text(text)
     return registry
 
