@@ -11,7 +11,7 @@ is taken over from its checkpoint, whatever Kafka's rebalance does with its part
 
 Live traffic keeps its priority: the chunk thread runs at the low lane's nice value
 (the OS gives the cores to the lanes above it), and before each forward pass it waits
-while high requests are in the worker (``YieldToHigh``), as the low lane's compute
+while high requests wait for their batch (``YieldToHigh``), as the low lane's compute
 threads do. Its SQL writes and file reads run on that thread too, off the event loop.
 """
 
