@@ -23,6 +23,7 @@ from worker.drift.runtime import Drift
 from worker.execution.choose import choose_executor
 from worker.execution.dispatch import BatchObserver, Dispatch
 from worker.execution.gc_schedule import GcSchedule
+from worker.execution.generative.metrics import GenerationMetrics
 from worker.execution.generative.stage import GenerationStage
 from worker.intake.stage import Intake
 from worker.jobs.chunk_service import ChunkService
@@ -79,7 +80,10 @@ class Worker:
             riders=not executor.preempts,
         )  # fmt: skip
         # Generative models run on their engines, which apply the lanes at every step.
-        self._generation = GenerationStage(registry, settings.scheduling.lane_shares())
+        self._generation_metrics = GenerationMetrics(self.metrics.registry)
+        self._generation = GenerationStage(
+            registry, settings.scheduling.lane_shares(), self._generation_metrics
+        )
         self._router = Router()  # rollouts send a share of a model's requests to a candidate
         self._output = output = Output(settings)
         self._observers: list[BatchObserver] = [scheduler, ServedInputs(registry.record_input)]
@@ -124,7 +128,7 @@ class Worker:
         streams = await self._output.start(
             store, commit=self.intake.commit, on_durable=self.intake.durable,
             yield_to_high=self._yield, adapter_for=self.registry.adapter,
-            generated=self._generated,
+            generated=self._generated, generation_metrics=self._generation_metrics,
         )  # fmt: skip
         await self.intake.start(store, streams, self._output.commit_now)
         if s.topics.jobs is not None:  # chunks of distributed jobs, below live traffic

@@ -18,7 +18,7 @@ async def generate_all(engine: GenerativeEngine, jobs: list[Job]) -> dict[str, F
     ends: dict[str, asyncio.Future[Finished]] = {}
     for job in jobs:
         ends[job.request_id] = loop.create_future()
-        engine.submit(job, lambda _id, _chunk: None, ends[job.request_id].set_result)
+        engine.submit(job, lambda _id, _chunk, _first_s: None, ends[job.request_id].set_result)
     return {rid: await end for rid, end in ends.items()}
 
 

@@ -81,15 +81,15 @@ async def test_preempted_sequences_resume_with_the_same_tokens(
     for job in lows:  # each sequence by itself: never preempted
         alone.update(await generate_all(_engine(small_kv), [job]))
     engine = _engine(small_kv)
-    before = engine.book.preempted
+    before = engine.clock.preempted
     crowd = asyncio.ensure_future(generate_all(engine, lows))
-    while not engine.book.steps or engine.live < len(lows):
+    while not engine.clock.steps or engine.live < len(lows):
         await asyncio.sleep(0.001)
     await asyncio.sleep(0.05)
     highs = [Job(f"high{i}", Priority.HIGH, prompt, Sampling(40)) for i in range(3)]
     high_done = await generate_all(engine, highs)
     low_done = await crowd
-    assert engine.book.preempted > before  # the high requests took blocks from low ones
+    assert engine.clock.preempted > before  # the high requests took blocks from low ones
     for job in lows:
         assert low_done[job.request_id].token_ids == alone[job.request_id].token_ids
     assert all(f.finish_reason in ("eos", "length") for f in high_done.values())
@@ -102,7 +102,7 @@ async def test_a_high_request_gets_its_first_token_before_the_low_backlog_ends(
     items = _prompts(tinylm_registry, 24, seed=5)
     lows = [Job(f"bl{i}", Priority.LOW, it.prompt_ids, Sampling(64)) for i, it in enumerate(items)]
     backlog = asyncio.ensure_future(generate_all(engine, lows))
-    while engine.book.steps < 3:
+    while engine.clock.steps < 3:
         await asyncio.sleep(0.001)
     submitted = time.monotonic()
     high = (
@@ -128,7 +128,7 @@ async def test_stop_strings_and_deadlines_end_with_a_terminal_event(
     }
 
     def submit(job: Job) -> None:
-        engine.submit(job, lambda _i, _c: None, ended[job.request_id].set_result)
+        engine.submit(job, lambda _i, _c, _f: None, ended[job.request_id].set_result)
 
     submit(Job("stop", Priority.NORMAL, prompt, Sampling(64, stop=("charge",))))
     submit(Job("late", Priority.NORMAL, prompt, Sampling(64), deadline_s=time.monotonic() - 1))

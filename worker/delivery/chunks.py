@@ -8,12 +8,14 @@ loop and leave in one ``Egress.publish`` per lane and round, high-lane ones thro
 the urgent producer. A chunk is at least once like a result; transient broker failures
 are retried with backoff, and a chunk the broker refuses for good (a ``reply_to`` it
 will not take) is logged and dropped: the result still says how the request ended.
+When a request's first chunk has left, its delay since the first token is observed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from aiokafka.errors import KafkaError
 
@@ -21,6 +23,7 @@ from consumers.contract import Priority, StreamChunk
 from consumers.egress import Egress, OutRecord
 from worker.base.backoff import until_done
 from worker.base.pending import Pending
+from worker.execution.generative.metrics import GenerationMetrics
 from worker.execution.generative.text_stream import Chunk
 from worker.settings import SinkConfig
 
@@ -29,20 +32,30 @@ log = logging.getLogger(__name__)
 
 class ChunkPublisher:
     def __init__(
-        self, *, egress: Egress, urgent_egress: Egress, results_topic: str, config: SinkConfig
+        self,
+        *,
+        egress: Egress,
+        urgent_egress: Egress,
+        results_topic: str,
+        config: SinkConfig,
+        metrics: GenerationMetrics,
     ) -> None:
         self._egresses = {False: egress, True: urgent_egress}
         self._results_topic = results_topic
         self._config = config
+        self._metrics = metrics
         self._queued: dict[bool, list[OutRecord]] = {False: [], True: []}
+        # Of the queued records, the first chunks: (model, first token's time) each.
+        self._firsts: dict[bool, list[tuple[str, float]]] = {False: [], True: []}
         self._queued_total = {False: 0, True: 0}  # records ever queued, per producer
         self._sent_total = {False: 0, True: 0}  # of them, published (or given up on)
         self._last: dict[str, tuple[bool, int]] = {}  # request id -> its last record's number
         self._flushers: dict[bool, asyncio.Task[None]] = {}
         self._sent = asyncio.Condition()
 
-    def add(self, pending: Pending, chunk: Chunk) -> None:
-        """Queue ``chunk`` of ``pending``'s text (on the event loop)."""
+    def add(self, pending: Pending, chunk: Chunk, first_token_s: float) -> None:
+        """Queue ``chunk`` of ``pending``'s text (on the event loop); ``first_token_s``:
+        when its first token was computed (monotonic)."""
         request = pending.request
         record = StreamChunk(
             request_id=request.request_id,
@@ -55,6 +68,8 @@ class ChunkPublisher:
         topic = request.reply_to or self._results_topic
         key = request.request_id.encode()
         self._queued[urgent].append(OutRecord(topic, key, record.model_dump_json().encode()))
+        if chunk.seq == 0:
+            self._firsts[urgent].append((request.model, first_token_s))
         self._queued_total[urgent] += 1
         self._last[request.request_id] = (urgent, self._queued_total[urgent])
         flusher = self._flushers.get(urgent)
@@ -80,7 +95,9 @@ class ChunkPublisher:
     async def _flush(self, urgent: bool) -> None:
         while self._queued[urgent]:
             records, self._queued[urgent] = self._queued[urgent], []
+            firsts, self._firsts[urgent] = self._firsts[urgent], []
             await self._publish(records, urgent)
+            self._metrics.first_chunks(firsts, time.monotonic())
             async with self._sent:
                 self._sent_total[urgent] += len(records)
                 self._sent.notify_all()

@@ -94,8 +94,8 @@ class Streams:
         self._finish = finish
         self._ending: set[asyncio.Task[None]] = set()
 
-    def chunk(self, pending: Pending, chunk: Chunk) -> None:
-        self._chunks.add(pending, chunk)
+    def chunk(self, pending: Pending, chunk: Chunk, first_token_s: float) -> None:
+        self._chunks.add(pending, chunk, first_token_s)
 
     def done(self, pending: Pending, finished: Finished, model_version: str | None) -> None:
         task = asyncio.create_task(self._end(pending, finished, model_version))

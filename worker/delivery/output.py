@@ -26,6 +26,7 @@ from worker.delivery.completion import CompletionQueue
 from worker.delivery.generated import Streams
 from worker.delivery.sink import RowWriter, Sink
 from worker.delivery.stage import Delivery
+from worker.execution.generative.metrics import GenerationMetrics
 from worker.models import Adapter
 from worker.scheduling.yield_to_high import YieldToHigh
 from worker.settings import WorkerSettings
@@ -74,11 +75,13 @@ class Output:
         yield_to_high: YieldToHigh,
         adapter_for: Callable[[str], Adapter],
         generated: Callable[[Pending, Outcome], None],
+        generation_metrics: GenerationMetrics,
     ) -> Streams:
         """Create the topics, start the producers; ``store`` takes the rows (through a
         child process with ``sink.write_process``), ``commit`` the offsets,
-        ``on_durable`` each durable chunk, ``generated`` each generative request's end.
-        Returns the streams of generative requests' chunks."""
+        ``on_durable`` each durable chunk, ``generated`` each generative request's end
+        (``generation_metrics`` its first chunk's delay). Returns the streams of
+        generative requests' chunks."""
         s = self._settings
         assert s.bootstrap is not None
         rows: RowWriter = store
@@ -116,6 +119,7 @@ class Output:
             urgent_egress=self._urgent_egress,
             results_topic=s.topics.results,
             config=s.sink,
+            metrics=generation_metrics,
         )
         self.streams = Streams(chunks, adapter_for, generated)
         return self.streams

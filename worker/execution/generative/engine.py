@@ -3,7 +3,8 @@
 The engine's own manager runs the decoding loop on a thread of its own: each step it
 takes new requests and cancellations, asks the scheduler for the step's sequences
 within a token budget, runs one forward pass and hands out the new tokens. Around it:
-``step_scheduler`` (lanes, shares and preemption at every step), ``sampling``
+``step_scheduler`` (lanes, shares and preemption at every step), ``step_clock`` (each
+step counted and timed on the engine's thread, its end the time of its tokens), ``sampling``
 (per-request seeded sampling that resumes exactly), a router that hands each step's
 outputs to the event loop in one call, and here: per-request routing, text streaming
 (``text_stream``), stop strings, deadlines (a sequence whose deadline passes is cut
@@ -34,6 +35,7 @@ from worker.base.blocking import own_thread
 from worker.base.generation import Sampling, ms
 from worker.execution.generative.attention import PER_SEQUENCE, STOCK, fits, switch
 from worker.execution.generative.sampling import processors
+from worker.execution.generative.step_clock import StepClock
 from worker.execution.generative.step_scheduler import LaneBook, register
 from worker.execution.generative.text_stream import Chunk, TextStream
 from worker.scheduling.shares import LaneShares
@@ -109,7 +111,8 @@ class EngineSettings:
     shares: dict[Priority, float]
 
 
-OnChunk = Callable[[str, Chunk], None]
+# (request id, chunk, the request's first token's time: monotonic)
+OnChunk = Callable[[str, Chunk, float], None]
 OnFinished = Callable[[Finished], None]
 
 
@@ -119,30 +122,34 @@ class _Live:
     stream: TextStream
     on_chunk: OnChunk
     on_finished: OnFinished
-    submitted_s: float  # monotonic
-    clock_offset_s: float  # monotonic minus perf_counter (the engine stamps tokens with the latter)
+    submitted_s: float  # monotonic, as the times below
     tokens: list[int] = field(default_factory=list)
-    first_token_s: float | None = None
+    first_token_s: float | None = None  # the end of the step that computed it
     last_token_s: float | None = None
     timer: asyncio.TimerHandle | None = None
 
 
 class _LoopRouter(OutputRouter):
-    """Every step's outputs to one callback on the event loop, in one hop."""
+    """Every step's outputs to one callback on the event loop, in one hop, with the
+    step's end (its tokens' time), which the router's call marks."""
 
-    def __init__(self, deliver: Callable[[list[GenerationOutput]], None]) -> None:
+    def __init__(
+        self, deliver: Callable[[list[GenerationOutput], float], None], clock: StepClock
+    ) -> None:
         super().__init__()
         self._deliver = deliver
+        self._clock = clock
         self.loop: asyncio.AbstractEventLoop | None = None  # set before the engine starts
 
     def deliver(self, output: GenerationOutput) -> None:
         self.deliver_batch([output])
 
     def deliver_batch(self, outputs: list[GenerationOutput]) -> None:
+        step_s = self._clock.end()
         if self.loop is None:
             return
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for these
-            self.loop.call_soon_threadsafe(self._deliver, outputs)
+            self.loop.call_soon_threadsafe(self._deliver, outputs, step_s)
 
 
 class GenerativeEngine:
@@ -161,9 +168,10 @@ class GenerativeEngine:
         self._settings = settings
         self._eos = eos_token_ids
         self.book = LaneBook(LaneShares(settings.shares))
+        self.clock = StepClock()
         self._live: dict[str, _Live] = {}
         self._manager: ContinuousBatchingManager | None = None
-        self._router = _LoopRouter(self._on_outputs)
+        self._router = _LoopRouter(self._on_outputs, self.clock)
         self._started = False
 
     @property
@@ -224,7 +232,7 @@ class GenerativeEngine:
             for job in jobs:
                 future: asyncio.Future[Finished] = loop.create_future()
                 done.append(future)
-                self.submit(job, lambda _id, _chunk: None, future.set_result)
+                self.submit(job, lambda _id, _chunk, _first_s: None, future.set_result)
             return await asyncio.gather(*done)
 
         try:
@@ -242,7 +250,7 @@ class GenerativeEngine:
             num_blocks=s.num_blocks,
             page_size=s.page_size,
             max_batch_tokens=s.max_batch_tokens,
-            scheduler_type=register(self.book),
+            scheduler_type=register(self.book, self.clock),
             use_cuda_graph=False,  # our processors keep per-request state on the host
             use_async_batching=False,
             allow_block_sharing=False,
@@ -266,6 +274,7 @@ class GenerativeEngine:
                 log.warning("the generation loop had stopped; starting a new one")
             self._started = True
             self._router.loop = asyncio.get_running_loop()
+            self.clock.drop()
             # transformers starts its loop thread as a non-daemon, and a thread takes
             # that from the thread that starts it: started from a daemon, a loop nobody
             # stopped never holds up the process's exit.
@@ -283,7 +292,7 @@ class GenerativeEngine:
             chunk_tokens=self._settings.chunk_tokens,
         )
         now = time.monotonic()
-        live = _Live(job, stream, on_chunk, on_finished, now, now - time.perf_counter())
+        live = _Live(job, stream, on_chunk, on_finished, now)
         self._live[job.request_id] = live
         self.book.add(job.request_id, job.lane)
         if job.deadline_s is not None and job.deadline_s <= now:
@@ -297,7 +306,6 @@ class GenerativeEngine:
             request_id=job.request_id,
             max_new_tokens=job.sampling.max_new_tokens,
             streaming=True,
-            record_timestamps=True,
             **job.sampling.engine_kwargs(),  # type: ignore[arg-type]
         )
 
@@ -311,7 +319,7 @@ class GenerativeEngine:
             self._manager.cancel_request(request_id)
         self._finish(live, "expired")
 
-    def _on_outputs(self, outputs: list[GenerationOutput]) -> None:
+    def _on_outputs(self, outputs: list[GenerationOutput], step_s: float) -> None:
         for out in outputs:
             live = self._live.get(out.request_id)
             if live is None:  # expired, stopped at a stop string, or the engine stopped
@@ -319,17 +327,17 @@ class GenerativeEngine:
             if out.error is not None:
                 self._finish(live, "error", error=f"the generation loop failed: {out.error}")
                 continue
-            self._advance(live, out)
+            self._advance(live, out, step_s)
 
-    def _advance(self, live: _Live, out: GenerationOutput) -> None:
+    def _advance(self, live: _Live, out: GenerationOutput, step_s: float) -> None:
         fresh = out.generated_tokens[len(live.tokens) :]
-        if fresh and out.timestamps:
+        if fresh:
             if live.first_token_s is None:
-                live.first_token_s = out.timestamps[len(live.tokens)] + live.clock_offset_s
-            live.last_token_s = out.timestamps[-1] + live.clock_offset_s
+                live.first_token_s = step_s
+            live.last_token_s = step_s
         live.tokens.extend(fresh)
         for chunk in live.stream.push(fresh):
-            live.on_chunk(out.request_id, chunk)
+            self._chunk(live, chunk)
         if live.stream.stopped:
             if self._manager is not None:
                 self._manager.cancel_request(out.request_id)
@@ -352,7 +360,7 @@ class GenerativeEngine:
             live.timer.cancel()
         last = live.stream.finish()
         if last is not None:
-            live.on_chunk(request_id, last)
+            self._chunk(live, last)
         kept = tuple(live.tokens[: live.stream.tokens])  # none past a stop string
         live.on_finished(
             Finished(
@@ -368,3 +376,8 @@ class GenerativeEngine:
                 error_code=None if error is None else error_code,
             )
         )
+
+    @staticmethod
+    def _chunk(live: _Live, chunk: Chunk) -> None:
+        assert live.first_token_s is not None  # a chunk's text comes from a token
+        live.on_chunk(live.job.request_id, chunk, live.first_token_s)

@@ -21,6 +21,7 @@ from worker.base.blocking import off_loop
 from worker.base.generation import GenerationItem
 from worker.base.pending import Pending
 from worker.execution.generative.engine import Finished, GenerativeEngine, Job
+from worker.execution.generative.metrics import EngineMeter, GenerationMetrics
 from worker.execution.generative.runtime import engine_of
 from worker.execution.generative.text_stream import Chunk
 from worker.models import ModelRegistry
@@ -32,15 +33,22 @@ log = logging.getLogger(__name__)
 class SequenceEvents(Protocol):
     """What becomes of a request's sequence (called on the event loop)."""
 
-    def chunk(self, pending: Pending, chunk: Chunk) -> None: ...
+    def chunk(self, pending: Pending, chunk: Chunk, first_token_s: float) -> None:
+        """``first_token_s``: when the request's first token was computed (monotonic)."""
 
     def done(self, pending: Pending, finished: Finished, model_version: str | None) -> None: ...
 
 
 class GenerationStage:
-    def __init__(self, registry: ModelRegistry, shares: Mapping[Priority, float]) -> None:
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        shares: Mapping[Priority, float],
+        metrics: GenerationMetrics,
+    ) -> None:
         self._registry = registry
         self._shares = dict(shares)
+        self._metrics = metrics
         self._engines: dict[int, GenerativeEngine] = {}  # by id: every engine used here
         self._starting: set[asyncio.Task[None]] = set()
 
@@ -68,7 +76,7 @@ class GenerationStage:
         def done(finished: Finished) -> None:
             events.done(pending, finished, model.version)
 
-        engine.submit(job, lambda _id, chunk: events.chunk(pending, chunk), done)
+        engine.submit(job, lambda _id, chunk, first_s: events.chunk(pending, chunk, first_s), done)
 
     async def _engine(self, name: str) -> tuple[GenerativeModel, GenerativeEngine]:
         ready = self._registry.ensure(name)  # one load, on the store's loader thread
@@ -83,7 +91,9 @@ class GenerationStage:
                 self._registry.reserve(name, nbytes)
 
             engine = await off_loop(engine_of, model, reserve, self._shares)
-        self._engines[id(engine)] = engine
+        if id(engine) not in self._engines:
+            engine.clock.meter = EngineMeter(self._metrics, name)
+            self._engines[id(engine)] = engine
         return model, engine
 
     async def stop(self) -> None:

@@ -15,6 +15,7 @@ produced (``sampling`` makes a seeded draw depend on the token's index only).
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass, field
 
 from transformers.generation.continuous_batching import scheduler as engine_schedulers
@@ -27,6 +28,7 @@ from transformers.generation.continuous_batching.requests import (
 from transformers.generation.continuous_batching.scheduler import Scheduler
 
 from consumers.contract import Priority
+from worker.execution.generative.step_clock import StepClock
 from worker.scheduling.lanes import LANE_ORDER
 from worker.scheduling.shares import LaneShares
 
@@ -43,8 +45,6 @@ class LaneBook:
     shares: LaneShares
     ranks: dict[str, tuple[int, int]] = field(default_factory=dict)
     _arrivals: itertools.count[int] = field(default_factory=itertools.count)
-    preempted: int = 0  # sequences preempted so far
-    steps: int = 0  # steps scheduled so far
 
     def add(self, request_id: str, lane: Priority) -> None:
         self.ranks[request_id] = (LANE_ORDER.index(lane), next(self._arrivals))
@@ -57,7 +57,8 @@ class LaneBook:
 
 
 class LaneStepScheduler(Scheduler):
-    book: LaneBook  # set by ``register``, on a subclass per engine
+    book: LaneBook  # these two set by ``register``, on a subclass per engine
+    clock: StepClock
 
     def __init__(
         self, cache: PagedAttentionCache, safety_margin: float | None, max_requests_per_batch: int
@@ -66,8 +67,12 @@ class LaneStepScheduler(Scheduler):
         # No safety margin: preemption, not a reserve, keeps a higher lane's blocks.
         super().__init__(cache, 0.0, max_requests_per_batch)
 
+    def clear_cancelled_requests(self) -> list[RequestState]:
+        self.clock.settle()  # the loop's next turn: a step without tokens ends here
+        return super().clear_cancelled_requests()
+
     def schedule_batch(self, token_budget: int, cache_budget: int) -> Schedule:
-        self.book.steps += 1
+        began_s = time.monotonic()
         key = self.book.key
         if self.waiting_requests:
             self._preempt_for(min(self.waiting_requests.values(), key=key))
@@ -92,6 +97,8 @@ class LaneStepScheduler(Scheduler):
             self.book.shares.served(LANE_ORDER[key(scheduled[0].state)[0]])
         if not scheduled and failed:
             return None, fast_path, 0, 0
+        if scheduled:
+            self.clock.begin(began_s, len(scheduled))
         return scheduled, fast_path, q_tokens, kv_read
 
     def _owed_rank(self) -> int | None:
@@ -120,15 +127,17 @@ class LaneStepScheduler(Scheduler):
             del self.active_requests[victim.request_id]
             self.add_waiting_request(victim.create_equivalent_initial_request())
             victim._status = RequestStatus.FINISHED  # as the engine marks a state it replaced
-            self.book.preempted += 1
+            self.clock.preempt()
 
 
 _names = itertools.count()
 
 
-def register(book: LaneBook) -> str:
-    """Register a scheduler over ``book`` with the engine; returns its ``scheduler_type``."""
+def register(book: LaneBook, clock: StepClock) -> str:
+    """Register a scheduler over ``book`` and ``clock`` with the engine; returns its
+    ``scheduler_type``."""
     name = f"inferlane-lanes-{next(_names)}"
-    bound: type[LaneStepScheduler] = type(name, (LaneStepScheduler,), {"book": book})
+    attrs = {"book": book, "clock": clock}
+    bound: type[LaneStepScheduler] = type(name, (LaneStepScheduler,), attrs)
     engine_schedulers.SCHEDULER_MAPPING[name] = bound
     return name
