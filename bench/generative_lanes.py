@@ -16,10 +16,12 @@ at least 0.8 of its rate alone (the mean of before and after).
 
 ``memory``: a KV cache that holds a quarter of the tokens a low backlog needs at once;
 the backlog, then high requests beside it (their prompts find no free blocks and
-preempt low sequences). Judged: every request ends ``ok``; each one's tokens equal the
-engine's with a cache for every request (in this process, no Kafka); the worker's peak
-RSS at most 1.2 x (its RSS after one short request, with the model loaded and its
-engine made, + the KV budget).
+preempt low sequences). Judged: some low sequences were preempted (the worker's
+``inferlane_generation_preempted_total``); every request ends ``ok``; each one's tokens
+equal the engine's with a cache for every request (in this process, no Kafka); the
+worker's peak RSS at most 1.2 x (its RSS after one short request, with the model loaded
+and its engine made, + the KV budget). Beside them, from the priority part's worker: the
+mean decoding step and the mean delay from a first token to its chunk's acknowledgement.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import os
 import random
 import statistics
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +43,7 @@ from typing import Any
 import orjson
 import torch
 from aiokafka import AIOKafkaProducer
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 from transformers import AutoConfig
@@ -57,6 +61,7 @@ from bench.generative import (
 from bench.kafka_io import TOPICS, ResultsReader, producer
 from bench.procs import Service, inferlane_command
 from bench.scenarios.common import on_fresh_broker
+from worker.intake.broker import free_port
 from worker.models import ModelRegistry
 from worker.models.generative import kv_bytes_per_token
 from worker.models.generative_model import GenerativeModel
@@ -198,13 +203,34 @@ def p99(values: Sequence[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
-def command(registry: Path, db: Path, threads: int) -> Any:
+def command(registry: Path, db: Path, threads: int, port: int) -> Any:
     def make(bootstrap: str) -> list[str]:
-        return inferlane_command(
-            bootstrap, db, torch_threads=threads, extra=("--models", str(registry))
-        )
+        extra = ("--models", str(registry), "--http-port", str(port))
+        return inferlane_command(bootstrap, db, torch_threads=threads, extra=extra)
 
     return make
+
+
+def engine_metrics(port: int) -> dict[str, float]:
+    """The worker's generation metrics for the model: preemptions, and the mean step
+    and first-chunk delay (ms)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    found = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("model") == NAME and sample.name.startswith("inferlane_generation")
+    }
+
+    def mean_ms(name: str) -> float:
+        return 1000 * found[f"{name}_sum"] / max(1.0, found[f"{name}_count"])
+
+    return {
+        "preempted": found["inferlane_generation_preempted_total"],
+        "step_ms_mean": mean_ms("inferlane_generation_step_seconds"),
+        "first_chunk_delay_ms_mean": mean_ms("inferlane_generation_first_chunk_delay_seconds"),
+    }
 
 
 async def priority(
@@ -212,7 +238,8 @@ async def priority(
 ) -> dict[str, Any]:
     db = out / "priority.db"
     db.unlink(missing_ok=True)
-    launch = command(registry, db, threads)
+    port = free_port()
+    launch = command(registry, db, threads, port)
     async with (
         on_fresh_broker(launch, out / "logs/priority.log") as (bootstrap, reader, service),
         Harness(bootstrap, reader, service) as h,
@@ -232,6 +259,7 @@ async def priority(
         await asyncio.sleep(plan.solo_s)
         end_s = time.monotonic()
         low_done = sum(rid.startswith("low-") for rid in h.seen.results)
+        engine = engine_metrics(port)
     solo = [h.seen.rate("low-", before_s, during_s), h.seen.rate("low-", after_s, end_s)]
     during = h.seen.rate("low-", during_s, after_s)
     bound = 2 * p99(idle) + step_ms
@@ -243,6 +271,7 @@ async def priority(
         "low_tokens_per_s": {"solo": solo, "during": during},
         "low_over_solo": during / statistics.mean(solo),
         "saturated": low_done < plan.low,
+        "engine": engine,
         "failed": sum(r.get("status") != "ok" for r in h.seen.results.values()),
     }
 
@@ -254,7 +283,8 @@ async def memory(
     db.unlink(missing_ok=True)
     backlog = long_requests(model, plan.memory_low)
     high = high_requests(model, plan.memory_high, seed=3)
-    launch = command(registry, db, threads)
+    port = free_port()
+    launch = command(registry, db, threads, port)
     async with (
         on_fresh_broker(launch, out / "logs/memory.log") as (bootstrap, reader, service),
         Harness(bootstrap, reader, service) as h,
@@ -269,6 +299,7 @@ async def memory(
         ids = {f"low-{r.request_id}" for r in backlog} | {f"high-{r.request_id}" for r in high}
         await h.wait(ids, 1800)
         peak_rss = max(rss for _, rss in service.rss.samples)
+        preempted = engine_metrics(port)["preempted"]
     results = h.seen.results
     tokens = {rid: results[rid]["outputs"]["token_ids"] for rid in ids if rid in results}
     return {
@@ -278,6 +309,7 @@ async def memory(
         "peak_rss_mb": peak_rss / 2**20,
         "kv_budget_mb": budget / 2**20,
         "rss_over_bound": peak_rss / (1.2 * (idle_rss + budget)),
+        "preempted": preempted,
         "requests": [*backlog, *high],
     }
 
@@ -328,6 +360,7 @@ def main(argv: list[str] | None = None) -> None:
         ("high p99 over its bound", f"{found['high_p99_over_bound']:.2f}", "<= 1"),
         ("backlog beside high over alone", f"{found['low_over_solo']:.2f}", ">= 0.8"),
         ("backlog outlasted the run", str(found["saturated"]), "True"),
+        ("memory: sequences preempted", f"{mem['preempted']:.0f}", "> 0"),
         ("memory: requests ok", f"{n - mem['failed']} of {n}", "all"),
         ("memory: tokens as with room for all", f"{mem['same_tokens']} of {n}", "all"),
         ("memory: peak RSS over 1.2 x (idle + budget)", f"{mem['rss_over_bound']:.2f}", "<= 1"),
@@ -335,6 +368,11 @@ def main(argv: list[str] | None = None) -> None:
     for row in rows:
         table.add_row(*row)
     console.print(table)
+    engine = found["engine"]
+    console.print(
+        f"beside the backlog: decoding steps {engine['step_ms_mean']:.1f} ms, first chunks "
+        f"acknowledged {engine['first_chunk_delay_ms_mean']:.1f} ms after their token (means)"
+    )
     console.print(
         f"RSS idle {mem['idle_rss_mb']:.0f} MiB, peak {mem['peak_rss_mb']:.0f} MiB, "
         f"KV budget {mem['kv_budget_mb']:.1f} MiB"
