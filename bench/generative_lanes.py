@@ -82,7 +82,7 @@ class Plan:
     memory_high: int
 
 
-FULL = Plan(high=40, low=96, warm_s=8, solo_s=12, memory_low=32, memory_high=8)
+FULL = Plan(high=40, low=192, warm_s=8, solo_s=12, memory_low=32, memory_high=8)
 QUICK = Plan(high=15, low=48, warm_s=5, solo_s=6, memory_low=16, memory_high=4)
 
 
