@@ -11,8 +11,10 @@ on the results topic: first on the idle worker, then beside a low-lane backlog o
 generations (256 new tokens each, more than the run outlasts). The backlog's generated
 tokens per second (counted from its chunks' ``tokens``) alone for ``solo_s`` before and
 after the high requests, and during them. Judged: high p99 under the backlog at most
-2 x its idle p99 + one decoding step at batch 1; the backlog during the high requests
-at least 0.8 of its rate alone (the mean of before and after).
+2 x its idle p99 + one decoding step, read two ways: a step at batch 1, and the step a
+high request may find in flight (every backlog sequence in it: the backlog's size over
+its tokens/s alone); the backlog during the high requests at least 0.8 of its rate
+alone (the mean of before and after).
 
 ``memory``: a KV cache that holds a quarter of the tokens a low backlog needs at once;
 the backlog, then high requests beside it (their prompts find no free blocks and
@@ -263,11 +265,16 @@ async def priority(
     solo = [h.seen.rate("low-", before_s, during_s), h.seen.rate("low-", after_s, end_s)]
     during = h.seen.rate("low-", during_s, after_s)
     bound = 2 * p99(idle) + step_ms
+    # The step a high request may find in flight: every backlog sequence decodes in it.
+    backlog_step_ms = 1000 * plan.low / statistics.mean(solo)
+    wide = 2 * p99(idle) + backlog_step_ms
     return {
         "idle_ttft_ms": {"p50": statistics.median(idle), "p99": p99(idle)},
         "busy_ttft_ms": {"p50": statistics.median(busy), "p99": p99(busy)},
         "bound_ms": bound,
         "high_p99_over_bound": p99(busy) / bound,
+        "backlog_step_ms": backlog_step_ms,
+        "high_p99_over_bound_backlog_step": p99(busy) / wide,
         "low_tokens_per_s": {"solo": solo, "during": during},
         "low_over_solo": during / statistics.mean(solo),
         "saturated": low_done < plan.low,
@@ -357,7 +364,16 @@ def main(argv: list[str] | None = None) -> None:
             f"{busy['p50']:.1f} / {busy['p99']:.1f}",
             "",
         ),
-        ("high p99 over its bound", f"{found['high_p99_over_bound']:.2f}", "<= 1"),
+        (
+            "high p99 over 2 x idle p99 + a step at batch 1",
+            f"{found['high_p99_over_bound']:.2f}",
+            "<= 1",
+        ),
+        (
+            "high p99 over 2 x idle p99 + a backlog step",
+            f"{found['high_p99_over_bound_backlog_step']:.2f}",
+            "<= 1",
+        ),
         ("backlog beside high over alone", f"{found['low_over_solo']:.2f}", ">= 0.8"),
         ("backlog outlasted the run", str(found["saturated"]), "True"),
         ("memory: sequences preempted", f"{mem['preempted']:.0f}", "> 0"),

@@ -32,6 +32,9 @@ from worker.execution.generative.step_clock import StepClock
 from worker.scheduling.lanes import LANE_ORDER
 from worker.scheduling.shares import LaneShares
 
+# Lower lanes' tokens in a step beside a live high sequence: a step's time grows with
+# its sequences (on CPU, 192 live ones made a 330 ms step of a 7 ms-a-token model).
+BESIDE_HIGH_TOKENS = 64
 # A request the book does not know (never the case in the worker) counts as normal.
 _UNKNOWN = (LANE_ORDER.index(Priority.NORMAL), 0)
 Schedule = tuple[list[FutureRequestState] | None, bool, int, int]
@@ -89,7 +92,7 @@ class LaneStepScheduler(Scheduler):
         )
         removed: set[str] = set()
         scheduled, failed, fast_path, q_tokens, kv_read = self._process_candidates(
-            candidates, token_budget, cache_budget, removed
+            candidates, self._budget(candidates, token_budget), cache_budget, removed
         )
         self._cleanup_waiting_queue(removed)
         self._contended = len(scheduled) < len(candidates)
@@ -100,6 +103,20 @@ class LaneStepScheduler(Scheduler):
         if scheduled:
             self.clock.begin(began_s, len(scheduled))
         return scheduled, fast_path, q_tokens, kv_read
+
+    def _budget(self, candidates: list[RequestState], token_budget: int) -> int:
+        """The step's tokens: while a high sequence is live beside lower ones, its own
+        tokens and at most ``BESIDE_HIGH_TOKENS`` more, so that a step (which nothing
+        preempts once it runs) stays short while high requests wait on each one."""
+        ranks = [self.book.key(s)[0] for s in candidates]
+        if 0 not in ranks or max(ranks) == 0:
+            return token_budget
+        high = sum(
+            max(1, len(s.remaining_prefill_tokens))
+            for s, rank in zip(candidates, ranks, strict=True)
+            if rank == 0
+        )
+        return min(token_budget, high + BESIDE_HIGH_TOKENS)
 
     def _owed_rank(self) -> int | None:
         """The rank of the lane below its share that goes first, while lanes contend."""
