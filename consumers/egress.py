@@ -82,21 +82,22 @@ class Egress:
     async def stop(self) -> None:
         await self._producer.stop()
 
-    async def publish(self, records: list[OutRecord]) -> list[Refused]:
-        """Send all and wait until each is acknowledged or refused for good.
+    async def publish(self, records: list[OutRecord], *, at_once: bool = False) -> list[Refused]:
+        """Send all and wait until each is acknowledged or refused for good;
+        ``at_once``: without the producer's ``linger_ms`` (streamed chunks).
 
         Returns the refused ones; raises on a transient failure (the caller retries
         the whole call: results are at-least-once).
         """
         self._publishing += 1
         try:
-            return await self._publish(records)
+            return await self._publish(records, at_once)
         finally:
             self._publishing -= 1
             if not self._publishing:  # nothing in flight: the metadata may shrink
                 self._forget_topics()
 
-    async def _publish(self, records: list[OutRecord]) -> list[Refused]:
+    async def _publish(self, records: list[OutRecord], at_once: bool) -> list[Refused]:
         refused: list[Refused] = []
         open_batches: dict[tuple[str, int], tuple[BatchBuilder, list[OutRecord]]] = {}
         sent: list[tuple[asyncio.Future[object], list[OutRecord]]] = []
@@ -108,13 +109,13 @@ class Egress:
             dest = (r.topic, partition)
             batch, members = open_batches.get(dest) or (self._producer.create_batch(), [])
             if batch.append(key=r.key, value=r.value, timestamp=None, headers=r.headers) is None:
-                sent.append((await self._send(batch, dest), members))
+                sent.append((await self._send(batch, dest, at_once), members))
                 batch, members = self._producer.create_batch(), []
                 batch.append(key=r.key, value=r.value, timestamp=None, headers=r.headers)
             members.append(r)
             open_batches[dest] = (batch, members)
         for dest, (batch, members) in open_batches.items():
-            sent.append((await self._send(batch, dest), members))
+            sent.append((await self._send(batch, dest, at_once), members))
         outcomes = await asyncio.gather(*(f for f, _ in sent), return_exceptions=True)
         alone: list[OutRecord] = []
         for (_, members), outcome in zip(sent, outcomes, strict=True):
@@ -127,11 +128,15 @@ class Egress:
             else:  # find which of them the broker refuses: send each on its own
                 alone.extend(members)
         for r in alone:
-            refused.extend(await self._publish([r]))
+            refused.extend(await self._publish([r], at_once))
         return refused
 
-    async def _send(self, batch: BatchBuilder, dest: tuple[str, int]) -> asyncio.Future[object]:
+    async def _send(
+        self, batch: BatchBuilder, dest: tuple[str, int], at_once: bool
+    ) -> asyncio.Future[object]:
         topic, partition = dest
+        if at_once:  # aiokafka sends a closed batch without lingering (as a full one)
+            batch.close()
         return await self._producer.send_batch(batch, topic, partition=partition)
 
     async def _partition(self, topic: str, key: bytes | None) -> int | Refused:

@@ -28,7 +28,7 @@ import torch
 from bench import workloads
 from bench.measure import Latency
 from bench.scenarios.common import Context
-from worker.execution.executor import set_torch_threads
+from worker.execution.torch_threads import set_torch_threads
 from worker.models import LoadedModel, ModelRegistry
 from worker.models.loaders import load_model
 from worker.settings import ComputeConfig

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from pathlib import Path
 
 import pytest
+import torch
 from generative_prompts import prompt
 from generative_reference import generate_all, greedy_reference
 
@@ -65,6 +67,35 @@ def small_kv(tinylm_registry_path: Path) -> ModelRegistry:
         text.replace("kv_cache_bytes = 4194304", "kv_cache_bytes = 196608\npage_size = 16")
     )
     return ModelRegistry.from_toml(registry)
+
+
+@pytest.mark.parametrize(("entry", "expected"), [("", 2), ("torch_threads = 1", 1)])
+async def test_the_engine_thread_decodes_on_its_own_torch_thread_count(
+    tinylm_registry_path: Path, entry: str, expected: int
+) -> None:
+    """By default one torch thread fewer than the process's (a core for the loop and the
+    Kafka clients); the registry entry's ``torch_threads`` when set. The process keeps
+    its own count."""
+    registry_path = tinylm_registry_path.with_name(f"threads-{expected}.toml")
+    text = tinylm_registry_path.read_text()
+    registry_path.write_text(text.replace("kv_cache_bytes =", f"{entry}\nkv_cache_bytes =", 1))
+    model = _model(ModelRegistry.from_toml(registry_path))
+    seen: list[tuple[int, int]] = []
+    hook = model.module.register_forward_pre_hook(
+        lambda _m, _a: seen.append((threading.get_ident(), torch.get_num_threads()))
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        engine = engine_of(model, lambda _bytes: None, SchedulingConfig().lane_shares())
+        item = model.generative_adapter.prepare({"prompt": "Permission is", "max_new_tokens": 4})
+        await generate_all(engine, [Job("t", Priority.NORMAL, item.prompt_ids, item.sampling)])
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+        hook.remove()
+    steps = [(thread, n) for thread, n in seen if thread != threading.get_ident()]
+    assert steps and {n for _thread, n in steps} == {expected}
 
 
 async def test_preempted_sequences_resume_with_the_same_tokens(

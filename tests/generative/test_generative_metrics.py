@@ -5,9 +5,8 @@ published within one decoding step of the first token being computed").
 
 How the delays compare with the next decoding step is printed, not asserted: on a
 shared 2-core machine (and under the suite's parallel workers) a burst of load delays
-a few by 20-50 ms. High chunks leave through the urgent producer (no linger); a normal
-request's chunks wait up to ``kafka.linger_ms`` (2 ms) in the bulk producer, about a
-decoding step of the demo model on CPU."""
+a few by 20-50 ms. Chunks leave without the producers' linger, high ones through the
+urgent producer."""
 
 from __future__ import annotations
 

@@ -4,10 +4,11 @@ Each chunk is a ``StreamChunk`` record keyed by its request id, on the topic the
 request's result goes to (its ``reply_to`` or the results topic), so it lands on the
 result's partition, before the result: the worker hands a request's result to the
 sink only after its chunks are acknowledged (``flushed``). Chunks queue on the event
-loop and leave in one ``Egress.publish`` per lane and round, high-lane ones through
-the urgent producer. A chunk is at least once like a result; transient broker failures
-are retried with backoff, and a chunk the broker refuses for good (a ``reply_to`` it
-will not take) is logged and dropped: the result still says how the request ended.
+loop and leave in one ``Egress.publish`` per lane and round, at once (no linger),
+high-lane ones through the urgent producer. A chunk is at least once like a result;
+transient broker failures are retried with backoff, and a chunk the broker refuses for
+good (a ``reply_to`` it will not take) is logged and dropped: the result still says how
+the request ended.
 When a request's first chunk has left, its delay since the first token is observed.
 """
 
@@ -106,7 +107,7 @@ class ChunkPublisher:
         egress = self._egresses[urgent]
         refused = await until_done(
             "kafka (chunks)",
-            lambda: egress.publish(records),
+            lambda: egress.publish(records, at_once=True),
             self._config.backoff,
             (KafkaError, TimeoutError, OSError),
             log,

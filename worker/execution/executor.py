@@ -48,6 +48,7 @@ from worker.execution.compute_threads import (
     Supervised,
     settle,
 )
+from worker.execution.torch_threads import set_torch_threads
 from worker.models import LoadedModel, ModelRegistry
 from worker.scheduling.lanes import LANE_ORDER, lane_of
 from worker.scheduling.yield_to_high import YieldToHigh
@@ -288,21 +289,6 @@ def lower_priority(nice: int) -> None:
         os.setpriority(os.PRIO_PROCESS, tid, value)
     except OSError as exc:  # e.g. a sandbox that forbids it: run unniced
         log.warning("could not lower a compute thread's priority: %s", exc)
-
-
-_torch_threads_lock = threading.Lock()
-
-
-def set_torch_threads(n: int) -> None:
-    """This thread's torch intra-op threads. ``torch.set_num_threads`` also sets the
-    count that threads first using torch later start from: a passing thread puts the
-    process's count back (its own count dies with it)."""
-    with _torch_threads_lock:
-        default = torch.get_num_threads()  # also fixes this thread's count, before the set
-        if n == default:
-            return
-        torch.set_num_threads(n)
-        own_thread("torch-threads", torch.set_num_threads, default).join()
 
 
 def _fail(failed: asyncio.Future[None], exc: BaseException) -> None:

@@ -44,6 +44,7 @@ class GenerativeLimits:
     page_size: int
     max_batch_tokens: int
     chunk_tokens: int
+    torch_threads: int | None
     dtype: str
 
 

@@ -95,6 +95,9 @@ class GenerativeConfig(_Config):
     page_size: Annotated[int, Field(ge=4)] = 32
     max_batch_tokens: Annotated[int, Field(ge=16)] = 256
     chunk_tokens: Annotated[int, Field(ge=1)] = 8
+    # The engine thread's torch threads; None: one fewer than the process's (at least
+    # one), leaving a core to the event loop, the Kafka clients and SQL while it decodes.
+    torch_threads: Annotated[int, Field(ge=1)] | None = None
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     _model_dir: Path | None = PrivateAttr(default=None)  # the spec's path, set by ModelSpec
 

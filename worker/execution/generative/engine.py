@@ -108,6 +108,7 @@ class EngineSettings:
     page_size: int
     max_batch_tokens: int  # tokens one decoding step computes at most
     chunk_tokens: int  # tokens per streamed chunk after the first
+    torch_threads: int  # the engine thread's torch intra-op threads
     shares: dict[Priority, float]
 
 
@@ -250,7 +251,7 @@ class GenerativeEngine:
             num_blocks=s.num_blocks,
             page_size=s.page_size,
             max_batch_tokens=s.max_batch_tokens,
-            scheduler_type=register(self.book, self.clock),
+            scheduler_type=register(self.book, self.clock, s.torch_threads),
             use_cuda_graph=False,  # our processors keep per-request state on the host
             use_async_batching=False,
             allow_block_sharing=False,

@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
+import torch
+
 from consumers.contract import Priority
 from worker.base.generation import GenerationItem
 from worker.execution.generative.engine import EngineSettings, Finished, GenerativeEngine, Job
@@ -37,6 +39,7 @@ def engine_of(
             page_size=limits.page_size,
             max_batch_tokens=limits.max_batch_tokens,
             chunk_tokens=limits.chunk_tokens,
+            torch_threads=limits.torch_threads or max(1, torch.get_num_threads() - 1),
             shares=dict(shares),
         )
         engine = GenerativeEngine(

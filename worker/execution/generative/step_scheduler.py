@@ -15,6 +15,7 @@ produced (``sampling`` makes a seeded draw depend on the token's index only).
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -29,6 +30,7 @@ from transformers.generation.continuous_batching.scheduler import Scheduler
 
 from consumers.contract import Priority
 from worker.execution.generative.step_clock import StepClock
+from worker.execution.torch_threads import set_torch_threads
 from worker.scheduling.lanes import LANE_ORDER
 from worker.scheduling.shares import LaneShares
 
@@ -60,13 +62,15 @@ class LaneBook:
 
 
 class LaneStepScheduler(Scheduler):
-    book: LaneBook  # these two set by ``register``, on a subclass per engine
+    book: LaneBook  # these three set by ``register``, on a subclass per engine
     clock: StepClock
+    torch_threads: int  # the engine thread's own count, set at its first step
 
     def __init__(
         self, cache: PagedAttentionCache, safety_margin: float | None, max_requests_per_batch: int
     ) -> None:
         self._contended = False
+        self._thread: int | None = None  # the engine thread whose torch threads are set
         # No safety margin: preemption, not a reserve, keeps a higher lane's blocks.
         super().__init__(cache, 0.0, max_requests_per_batch)
 
@@ -76,6 +80,9 @@ class LaneStepScheduler(Scheduler):
 
     def schedule_batch(self, token_budget: int, cache_budget: int) -> Schedule:
         began_s = time.monotonic()
+        if self._thread != threading.get_ident():  # a new generation loop: its first step
+            self._thread = threading.get_ident()
+            set_torch_threads(self.torch_threads)
         key = self.book.key
         if self.waiting_requests:
             self._preempt_for(min(self.waiting_requests.values(), key=key))
@@ -150,11 +157,11 @@ class LaneStepScheduler(Scheduler):
 _names = itertools.count()
 
 
-def register(book: LaneBook, clock: StepClock) -> str:
-    """Register a scheduler over ``book`` and ``clock`` with the engine; returns its
-    ``scheduler_type``."""
+def register(book: LaneBook, clock: StepClock, torch_threads: int) -> str:
+    """Register a scheduler over ``book`` and ``clock`` with the engine, its steps on
+    ``torch_threads`` torch threads; returns its ``scheduler_type``."""
     name = f"inferlane-lanes-{next(_names)}"
-    attrs = {"book": book, "clock": clock}
+    attrs = {"book": book, "clock": clock, "torch_threads": torch_threads}
     bound: type[LaneStepScheduler] = type(name, (LaneStepScheduler,), attrs)
     engine_schedulers.SCHEDULER_MAPPING[name] = bound
     return name
