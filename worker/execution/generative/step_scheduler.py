@@ -98,8 +98,9 @@ class LaneStepScheduler(Scheduler):
             [*self.active_requests.values(), *self.waiting_requests.values()], key=order
         )
         removed: set[str] = set()
+        budget = step_tokens([(key(s)[0], s) for s in candidates], token_budget)
         scheduled, failed, fast_path, q_tokens, kv_read = self._process_candidates(
-            candidates, self._budget(candidates, token_budget), cache_budget, removed
+            candidates, budget, cache_budget, removed
         )
         self._cleanup_waiting_queue(removed)
         self._contended = len(scheduled) < len(candidates)
@@ -110,20 +111,6 @@ class LaneStepScheduler(Scheduler):
         if scheduled:
             self.clock.begin(began_s, len(scheduled))
         return scheduled, fast_path, q_tokens, kv_read
-
-    def _budget(self, candidates: list[RequestState], token_budget: int) -> int:
-        """The step's tokens: while a high sequence is live beside lower ones, its own
-        tokens and at most ``BESIDE_HIGH_TOKENS`` more, so that a step (which nothing
-        preempts once it runs) stays short while high requests wait on each one."""
-        ranks = [self.book.key(s)[0] for s in candidates]
-        if 0 not in ranks or max(ranks) == 0:
-            return token_budget
-        high = sum(
-            max(1, len(s.remaining_prefill_tokens))
-            for s, rank in zip(candidates, ranks, strict=True)
-            if rank == 0
-        )
-        return min(token_budget, high + BESIDE_HIGH_TOKENS)
 
     def _owed_rank(self) -> int | None:
         """The rank of the lane below its share that goes first, while lanes contend."""
@@ -152,6 +139,18 @@ class LaneStepScheduler(Scheduler):
             self.add_waiting_request(victim.create_equivalent_initial_request())
             victim._status = RequestStatus.FINISHED  # as the engine marks a state it replaced
             self.clock.preempt()
+
+
+def step_tokens(ranked: list[tuple[int, RequestState]], token_budget: int) -> int:
+    """The step's tokens, of candidates with their lane ranks: while a high sequence
+    (rank 0) is live beside lower ones, its own tokens (its prompt left to compute, or
+    one) and at most ``BESIDE_HIGH_TOKENS`` more, so that a step (which nothing
+    preempts once it runs) stays short while high requests wait on each one."""
+    ranks = [rank for rank, _ in ranked]
+    if 0 not in ranks or max(ranks) == 0:
+        return token_budget
+    high = sum(max(1, len(s.remaining_prefill_tokens)) for rank, s in ranked if rank == 0)
+    return min(token_budget, high + BESIDE_HIGH_TOKENS)
 
 
 _names = itertools.count()
