@@ -218,12 +218,24 @@ def engine_metrics(port: int) -> dict[str, float]:
     and first-chunk delay (ms)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
+    families = list(text_string_to_metric_families(text))
     found = {
         sample.name: sample.value
-        for family in text_string_to_metric_families(text)
+        for family in families
         for sample in family.samples
         if sample.labels.get("model") == NAME and sample.name.startswith("inferlane_generation")
     }
+    # Long stalls, counted: steps over half a second, full garbage collector passes
+    # over a quarter of one (and the longest full pass's bucket).
+    buckets = {
+        (sample.name, sample.labels.get("generation"), sample.labels.get("le")): sample.value
+        for family in families
+        for sample in family.samples
+        if sample.name.endswith("_bucket")
+        and (sample.labels.get("model") == NAME or "gc_pause" in sample.name)
+    }
+    steps = "inferlane_generation_step_seconds_bucket"
+    gc_full = "inferlane_gc_pause_seconds_bucket"
 
     def mean_ms(name: str) -> float:
         return 1000 * found[f"{name}_sum"] / max(1.0, found[f"{name}_count"])
@@ -232,6 +244,10 @@ def engine_metrics(port: int) -> dict[str, float]:
         "preempted": found["inferlane_generation_preempted_total"],
         "step_ms_mean": mean_ms("inferlane_generation_step_seconds"),
         "first_chunk_delay_ms_mean": mean_ms("inferlane_generation_first_chunk_delay_seconds"),
+        "steps_over_0.5_s": buckets[(steps, None, "+Inf")] - buckets[(steps, None, "0.5")],
+        "full_gc_passes": buckets[(gc_full, "2", "+Inf")],
+        "full_gc_passes_over_0.25_s": buckets[(gc_full, "2", "+Inf")]
+        - buckets[(gc_full, "2", "0.25")],
     }
 
 
@@ -256,7 +272,8 @@ async def priority(
         before_s = time.monotonic()
         await asyncio.sleep(plan.solo_s)
         during_s = time.monotonic()
-        busy = await h.lone_high(high_requests(model, plan.high, seed=2), "busy")
+        busy_requests = high_requests(model, plan.high, seed=2)
+        busy = await h.lone_high(busy_requests, "busy")
         after_s = time.monotonic()
         await asyncio.sleep(plan.solo_s)
         end_s = time.monotonic()
@@ -280,6 +297,15 @@ async def priority(
         "saturated": low_done < plan.low,
         "engine": engine,
         "failed": sum(r.get("status") != "ok" for r in h.seen.results.values()),
+        # Per high request beside the backlog, in order: time to first chunk as read
+        # here, and the worker's own ttft_ms (its consumer's receipt to the first token).
+        "busy_each_ms": [
+            (
+                round(t, 1),
+                h.seen.results.get(f"busy-{r.request_id}", {}).get("outputs", {}).get("ttft_ms"),
+            )
+            for t, r in zip(busy, busy_requests, strict=True)
+        ],
     }
 
 
