@@ -144,6 +144,45 @@ async def test_a_high_request_gets_its_first_token_before_the_low_backlog_ends(
     assert high.first_token_s < min(f.last_token_s or 0 for f in done.values())
 
 
+async def test_a_lower_lane_owed_its_share_does_not_hold_a_high_prompt_out(
+    tinylm_registry_path: Path,
+) -> None:
+    """Beside a high prompt a step's tokens are cut to its own and a few more; a low lane
+    below its share goes first among the lanes under high only, never ahead of the high
+    prompt (it would fill the cut budget, step after step, while its share is owed)."""
+    registry_path = tinylm_registry_path.with_name("contended.toml")
+    text = tinylm_registry_path.read_text()
+    registry_path.write_text(
+        text.replace(
+            "kv_cache_bytes = 4194304", "kv_cache_bytes = 67108864\nmax_batch_tokens = 128"
+        )
+    )
+    model = _model(ModelRegistry.from_toml(registry_path))
+    shares = {Priority.HIGH: 0.5, Priority.NORMAL: 0.0, Priority.LOW: 0.5}
+    engine = engine_of(model, lambda _bytes: None, shares)
+    item = model.generative_adapter.prepare({"prompt": "Permission is hereby", "max_new_tokens": 4})
+    lows = [Job(f"low{i}", Priority.LOW, item.prompt_ids, Sampling(64)) for i in range(160)]
+    backlog = asyncio.ensure_future(generate_all(engine, lows))  # more than a step's tokens
+    while engine.clock.steps < 20:  # every low prompt computed
+        await asyncio.sleep(0.001)
+    for _ in range(100):  # the shares' window all high: the low lane is owed half of it
+        engine.book.shares.served(Priority.HIGH)
+    submitted_at = engine.clock.steps
+    first_chunk_at: list[int] = []
+    loop = asyncio.get_running_loop()
+    high: asyncio.Future[Finished] = loop.create_future()
+    engine.submit(
+        Job("urgent", Priority.HIGH, item.prompt_ids, Sampling(4)),
+        lambda _i, _c, _f: first_chunk_at.append(engine.clock.steps),
+        high.set_result,
+    )
+    assert (await high).finish_reason in ("eos", "length")
+    await backlog
+    # The step under way, the one with the high prompt, and at most one the engine's
+    # thread began before the loop heard of the token.
+    assert first_chunk_at[0] - submitted_at <= 3, (submitted_at, first_chunk_at)
+
+
 async def test_stop_strings_and_deadlines_end_with_a_terminal_event(
     tinylm_registry: ModelRegistry,
 ) -> None:

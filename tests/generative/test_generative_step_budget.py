@@ -1,4 +1,5 @@
-"""The step's token budget beside a live high sequence (``step_tokens``, a pure decider):
+"""The step's token budget beside a live high sequence (``high_tokens`` and
+``step_tokens_for``, pure deciders):
 a step that runs cannot be preempted, so while a high request is live the lower lanes
 get at most ``BESIDE_HIGH_TOKENS`` beside its own tokens."""
 
@@ -6,9 +7,17 @@ from __future__ import annotations
 
 from transformers.generation.continuous_batching.requests import RequestState
 
-from worker.execution.generative.step_scheduler import BESIDE_HIGH_TOKENS, step_tokens
+from worker.execution.generative.step_scheduler import (
+    BESIDE_HIGH_TOKENS,
+    high_tokens,
+    step_tokens_for,
+)
 
 BUDGET = 256
+
+
+def step_tokens(ranked: list[tuple[int, RequestState]], token_budget: int) -> int:
+    return step_tokens_for(high_tokens(ranked), token_budget)
 
 
 def _waiting(request_id: str, prompt: int) -> RequestState:

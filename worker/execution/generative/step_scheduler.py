@@ -5,7 +5,8 @@ schedulers are first come, first served. ``LaneStepScheduler`` orders the candid
 lane by lane (high, normal, low; within a lane, running sequences before new ones,
 oldest first) within the step's token budget; while lanes contend (some candidate was
 left out of the last step), a lane below its share goes first (``LaneShares``, as for
-batches). A waiting request of a higher lane whose prompt finds no free KV blocks
+batches), except ahead of high sequences whose cut budget leaves the lower lanes their
+``BESIDE_HIGH_TOKENS``. A waiting request of a higher lane whose prompt finds no free KV blocks
 preempts the newest sequences of lower lanes. A preempted sequence is requeued with
 its generated tokens folded into its prompt (the engine's own "soft reset"): it
 resumes by recomputing its KV, and its next tokens are the ones it would have
@@ -86,26 +87,38 @@ class LaneStepScheduler(Scheduler):
         key = self.book.key
         if self.waiting_requests:
             self._preempt_for(min(self.waiting_requests.values(), key=key))
+        states = [*self.active_requests.values(), *self.waiting_requests.values()]
+        high = high_tokens([(key(s)[0], s) for s in states])
+        budget = step_tokens_for(high, token_budget)
+        # While the cut budget leaves the lower lanes their tokens beside high ones, the
+        # high sequences go first (a lower lane owed its share would otherwise fill the
+        # cut budget and hold a high prompt out, step after step); the shares decide
+        # the order of the lanes below them.
+        high_first = high is not None and high + BESIDE_HIGH_TOKENS <= token_budget
         first = self._owed_rank()
+
+        def place(rank: int) -> int:
+            return -2 if high_first and rank == 0 else -1 if rank == first else rank
 
         def order(state: RequestState) -> tuple[int, bool, bool, int]:
             rank, arrival = key(state)
             waiting = state.request_id in self.waiting_requests
             decoding = state.status == RequestStatus.DECODING
-            return (-1 if rank == first else rank, waiting, not decoding, arrival)
+            return (place(rank), waiting, not decoding, arrival)
 
-        candidates = sorted(
-            [*self.active_requests.values(), *self.waiting_requests.values()], key=order
-        )
+        candidates = sorted(states, key=order)
         removed: set[str] = set()
-        budget = step_tokens([(key(s)[0], s) for s in candidates], token_budget)
         scheduled, failed, fast_path, q_tokens, kv_read = self._process_candidates(
             candidates, budget, cache_budget, removed
         )
         self._cleanup_waiting_queue(removed)
         self._contended = len(scheduled) < len(candidates)
         if self._contended and scheduled:
-            self.book.shares.served(LANE_ORDER[key(scheduled[0].state)[0]])
+            # The lane that went first by the shares (high ones placed first count only
+            # when nothing else ran beside them).
+            lanes = [key(s.state)[0] for s in scheduled]
+            lead = next((r for r in lanes if not (high_first and r == 0)), lanes[0])
+            self.book.shares.served(LANE_ORDER[lead])
         if not scheduled and failed:
             return None, fast_path, 0, 0
         if scheduled:
@@ -141,16 +154,21 @@ class LaneStepScheduler(Scheduler):
             self.clock.preempt()
 
 
-def step_tokens(ranked: list[tuple[int, RequestState]], token_budget: int) -> int:
-    """The step's tokens, of candidates with their lane ranks: while a high sequence
-    (rank 0) is live beside lower ones, its own tokens (its prompt left to compute, or
-    one) and at most ``BESIDE_HIGH_TOKENS`` more, so that a step (which nothing
-    preempts once it runs) stays short while high requests wait on each one."""
+def high_tokens(ranked: list[tuple[int, RequestState]]) -> int | None:
+    """Of candidates with their lane ranks: while high sequences (rank 0) are live
+    beside lower ones, their tokens in the next step (each one's prompt left to
+    compute, or one); None otherwise."""
     ranks = [rank for rank, _ in ranked]
     if 0 not in ranks or max(ranks) == 0:
-        return token_budget
-    high = sum(max(1, len(s.remaining_prefill_tokens)) for rank, s in ranked if rank == 0)
-    return min(token_budget, high + BESIDE_HIGH_TOKENS)
+        return None
+    return sum(max(1, len(s.remaining_prefill_tokens)) for rank, s in ranked if rank == 0)
+
+
+def step_tokens_for(high: int | None, token_budget: int) -> int:
+    """The step's tokens: beside live high sequences (``high``: their tokens), theirs
+    and at most ``BESIDE_HIGH_TOKENS`` more, so that a step (which nothing preempts
+    once it runs) stays short while high requests wait on each one."""
+    return token_budget if high is None else min(token_budget, high + BESIDE_HIGH_TOKENS)
 
 
 _names = itertools.count()
