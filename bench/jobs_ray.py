@@ -1,7 +1,9 @@
 """``python -m bench.jobs_ray``: the Ray Data entry point beside plain ``map_batches``.
 
-A local Ray instance (``--cpus``, default 2) reads a Parquet file of digits rows and runs
-``map_batches`` with ``--actors`` actors, three ways, in turn, ``--rounds`` times:
+A local Ray instance (``--cpus``, default 2) reads a Parquet file of digits rows, cut into
+eight blocks per actor, and runs ``map_batches`` with ``--actors`` actors, each running
+``--calls-per-actor`` batches at once (default 1), three ways, in turn, ``--rounds``
+times:
 
 - plain: the exported digits program loaded by hand (``torch.export.load``), forward and
   softmax per batch, label and probabilities out: what a Ray user writes first;
@@ -71,7 +73,11 @@ def _timed(
         fn_constructor_kwargs=kwargs,
         batch_format="pyarrow",
         batch_size=args.batch_size,
-        compute=ray.data.ActorPoolStrategy(size=args.actors),
+        compute=ray.data.ActorPoolStrategy(
+            size=args.actors,
+            max_concurrent_calls_per_actor=args.calls_per_actor,
+            enable_true_multi_threading=args.calls_per_actor > 1,
+        ),
     )
     rows = scored.count()
     elapsed = time.perf_counter() - started
@@ -119,6 +125,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=4096)
+    parser.add_argument(
+        "--calls-per-actor",
+        type=int,
+        default=1,
+        help="batches each actor runs at once (Ray's max_concurrent_calls_per_actor)",
+    )
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
@@ -131,7 +143,10 @@ def main(argv: list[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
             source = digits_parquet(Path(tmp) / "digits.parquet", args.rows)
             blocks = args.actors * 8  # so that every actor has blocks to take
-            ds = ray.data.read_parquet(str(source), override_num_blocks=blocks).materialize()
+            # A file of one or two row groups reads as that many blocks whatever
+            # override_num_blocks asks: without the repartition one actor took every batch.
+            ds = ray.data.read_parquet(str(source)).repartition(blocks).materialize()
+            assert ds.num_blocks() == blocks, ds.num_blocks()
             for n in range(args.rounds):
                 result = one_round(ds, models, args, n)
                 print(f"round {n + 1}: {result}")
@@ -143,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
         "cpus": args.cpus,
         "actors": args.actors,
         "batch_size": args.batch_size,
+        "calls_per_actor": args.calls_per_actor,
         "machine_cpus": os.cpu_count(),
         "rounds": rounds,
         "median_no_sql_vs_plain": statistics.median(r["no_sql_vs_plain"] for r in rounds),

@@ -1,6 +1,6 @@
 """The Ray Data entry point on a local Ray instance: a registry model scores a dataset in
 ``map_batches``, every row id once in SQL (a batch run again included), a bad row as a
-``rejected`` result."""
+``rejected`` result; with one call per actor, and with two at once."""
 
 from __future__ import annotations
 
@@ -45,19 +45,30 @@ def _rows(n: int) -> pa.Table:
     )
 
 
-def _scored(ds: ray.data.Dataset, kwargs: dict[str, object], actors: int) -> pa.Table:
+def _scored(
+    ds: ray.data.Dataset, kwargs: dict[str, object], actors: int, calls: int = 1
+) -> pa.Table:
     scored = ds.map_batches(
         Scorer,
         fn_constructor_kwargs=kwargs,
         batch_format="pyarrow",
         batch_size=500,
-        compute=ray.data.ActorPoolStrategy(size=actors),
+        compute=ray.data.ActorPoolStrategy(
+            size=actors,
+            max_concurrent_calls_per_actor=calls,
+            enable_true_multi_threading=calls > 1,
+        ),
     )
     return pa.concat_tables(scored.iter_batches(batch_format="pyarrow"))
 
 
+@pytest.mark.parametrize("calls", [1, 2], ids=["one-call-per-actor", "two-calls-per-actor"])
 def test_map_batches_scores_every_row_once_into_sql(
-    local_ray: None, db_url: str, demo_registry_path: Path, demo_registry: ModelRegistry
+    local_ray: None,
+    db_url: str,
+    demo_registry_path: Path,
+    demo_registry: ModelRegistry,
+    calls: int,
 ) -> None:
     rows = _rows(N)
     ds = ray.data.from_arrow([rows.slice(i, 500) for i in range(0, rows.num_rows, 500)])
@@ -70,7 +81,7 @@ def test_map_batches_scores_every_row_once_into_sql(
         "models": str(demo_registry_path),
         "torch_threads": 1,
     }
-    out = _scored(ds, kwargs, actors=2)
+    out = _scored(ds, kwargs, actors=2, calls=calls)
     assert _scored(ds.limit(700), kwargs, actors=1).num_rows == 700  # scored again
 
     rows = out.column("row").to_pylist()
