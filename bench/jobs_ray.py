@@ -143,8 +143,8 @@ def main(argv: list[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
             source = digits_parquet(Path(tmp) / "digits.parquet", args.rows)
             blocks = args.actors * 8  # so that every actor has blocks to take
-            # A file of one or two row groups reads as that many blocks whatever
-            # override_num_blocks asks: without the repartition one actor took every batch.
+            # read_parquet gave this one file as one block, whatever override_num_blocks
+            # asked: without the repartition one actor took every batch.
             ds = ray.data.read_parquet(str(source)).repartition(blocks).materialize()
             assert ds.num_blocks() == blocks, ds.num_blocks()
             for n in range(args.rounds):
