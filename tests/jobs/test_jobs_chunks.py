@@ -153,7 +153,7 @@ def test_a_chunk_taken_over_mid_way_is_scored_once_into_sql_and_the_output(
         assert second is not None and second.checkpoint == 500
         assert ChunkRunner(demo_registry, store, executor.submit).run(second, threading.Event())
         executor.shutdown()
-        assert export_job("j", store) == 1000
+        assert export_job("j", store.engine) == 1000
         with store.engine.connect() as conn:
             total, distinct = conn.execute(
                 text("SELECT COUNT(*), COUNT(DISTINCT request_id) FROM inference_results")

@@ -49,3 +49,12 @@ def test_score_then_list_show_and_cancel(tmp_path: Path, demo_registry_path: Pat
         )
     assert "cancelled" in invoke("jobs", "cancel", "other", "--database", url)
     assert "other local digits cancelled" in invoke("jobs", "list", "--database", url)
+
+
+def test_reading_jobs_never_creates_a_database(tmp_path: Path) -> None:
+    missing = tmp_path / "typo.db"
+    for args in (["list"], ["show", "j"], ["cancel", "j"], ["export", "j"]):
+        ran = CliRunner().invoke(app, ["jobs", *args, "--database", f"sqlite:///{missing}"])
+        assert ran.exit_code == 1, (args, ran.output)
+        assert f"no database at {missing}" in " ".join(ran.output.split()), ran.output
+        assert not missing.exists(), args

@@ -116,7 +116,7 @@ async def test_two_workers_share_a_distributed_job_and_each_row_is_scored_once(
         shown = CliRunner().invoke(app, ["jobs", "show", "dj", "--database", url])
         flat = " ".join(re.sub(r"[\u2500-\u257f]", " ", shown.output).split())
         assert "complete yes" in flat and "chunks done 4" in flat
-        assert export_job("dj", store) == N
+        assert export_job("dj", store.engine) == N
     table = pq.read_table(output)
     assert table.column("row").to_pylist() == list(range(N))
     assert table.column("id").to_pylist() == [f"id-{i}" for i in range(N)]
@@ -135,7 +135,7 @@ def test_an_unfinished_job_is_not_exported(tmp_path: Path) -> None:
             "half", kind="distributed", model="digits", params=params.stored(), rows_total=5
         )
         try:
-            export_job("half", store, tmp_path / "o.parquet")
+            export_job("half", store.engine, tmp_path / "o.parquet")
         except ExportError as exc:
             assert "0 of 5 rows" in str(exc)
         else:

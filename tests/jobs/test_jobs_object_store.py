@@ -86,7 +86,7 @@ async def test_chunks_are_read_from_and_written_to_an_object_store(
             while (record := jobs.get("s3j")) is None or record.state != DONE:
                 assert time.monotonic() < deadline, "the job did not finish"
                 await asyncio.sleep(0.1)
-        assert export_job("s3j", store) == N
+        assert export_job("s3j", store.engine) == N
     scored = pq.read_table("rows/out.parquet", filesystem=fs)
     assert scored.column("row").to_pylist() == list(range(N))
     parts = fs.get_file_info(pafs.FileSelector("rows/out.parquet.parts"))

@@ -55,6 +55,17 @@ def status_json(db_url: str, *model: str) -> list[dict[str, object]]:
     return rollouts
 
 
+def nothing_written(db_url: str, command: str = "status") -> None:
+    """``command`` on a database no rollout was written to: refused, none made for it."""
+    refused = words(
+        run(command, *([] if command == "status" else ["digits"]), "-d", db_url, code=1)
+    )
+    if db_url.startswith("sqlite"):
+        assert "no database at" in refused and not Path(db_url.split("///")[1]).exists()
+    else:
+        assert "has no rollouts table" in refused
+
+
 def test_start_takes_the_candidates_plan_and_the_flags_over_it(db_url: str, registry: Path) -> None:
     flags = ("--interval", "2m", "--sample", "0.2", "--reason", "new weights")
     started = run("start", "digits", "--version", "2", "--models", str(registry), "-d", db_url,
@@ -104,7 +115,7 @@ def test_start_refuses_what_the_registry_or_the_plan_does_not_allow(
 ) -> None:
     refused = run("start", *args, "--models", str(registry), "-d", db_url, code=2)
     assert message in " ".join(refused.output.split())
-    assert status_json(db_url) == []
+    nothing_written(db_url)
 
 
 def test_start_refuses_a_second_running_rollout(db_url: str, registry: Path) -> None:
@@ -139,8 +150,10 @@ def test_promote_and_abort_end_a_running_rollout(db_url: str, registry: Path) ->
 
 
 def test_status_shows_each_models_newest_rollout(db_url: str, registry: Path) -> None:
-    assert "no rollouts" in words(run("status", "-d", db_url))
+    for command in ("status", "abort", "promote"):
+        nothing_written(db_url, command)
     run("start", "digits", "--version", "2", "--models", str(registry), "-d", db_url)
+    assert "no rollouts of minilm" in words(run("status", "minilm", "-d", db_url))
     run("abort", "digits", "-d", db_url)
     run("start", "digits", "--version", "2", "--models", str(registry), "-d", db_url)
     engine = make_engine(db_url)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -23,6 +24,10 @@ from rich.table import Table
 from worker.cli.options import Database, database_url
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from sqlalchemy import Engine
+
     from storage.job_chunks import ChunkStates
     from storage.jobs import JobRecord
     from worker.jobs.local import Progress as JobProgress
@@ -306,15 +311,29 @@ def _publish(
     )
 
 
+@contextmanager
+def _jobs_database(database: str | None) -> Iterator[Engine]:
+    """The database that holds the jobs, brought to the current schema: one that does not
+    exist (a SQLite file) or holds no jobs table is refused, never created."""
+    from storage import upgrade
+    from worker.cli.database import reading_engine
+
+    engine = reading_engine(database_url(database), "jobs", default=database is None)
+    try:
+        upgrade(engine)
+        yield engine
+    finally:
+        engine.dispose()
+
+
 @jobs_app.command("list")
 def list_jobs(database: Database = None) -> None:
     """Every job: state, progress, and why it failed or stopped."""
-    from storage import ResultStore
     from storage.jobs import JobStore
 
     table = Table("job", "kind", "model", "state", "rows", "errors", "updated", "note")
-    with ResultStore(database_url(database)) as store:
-        for r in JobStore(store.engine).all():
+    with _jobs_database(database) as engine:
+        for r in JobStore(engine).all():
             total = f"{r.rows_total:,}" if r.rows_total is not None else "?"
             table.add_row(
                 r.name,
@@ -332,12 +351,11 @@ def list_jobs(database: Database = None) -> None:
 @jobs_app.command()
 def show(name: JobName, database: Database = None) -> None:
     """One job: parameters, state, counters; for a distributed job, results so far."""
-    from storage import ResultStore
     from storage.job_chunks import ChunkStore
     from storage.jobs import DONE, JobStore
 
-    with ResultStore(database_url(database)) as store:
-        jobs = JobStore(store.engine)
+    with _jobs_database(database) as engine:
+        jobs = JobStore(engine)
         record = jobs.get(name)
         if record is None:
             console.print(f"[red]no job {name!r}[/]")
@@ -364,7 +382,7 @@ def show(name: JobName, database: Database = None) -> None:
         for key, value in record.params.items():
             table.add_row(f"params.{key}", str(value))
         if record.kind == "distributed":
-            _chunk_rows(table, ChunkStore(store.engine).states(name))
+            _chunk_rows(table, ChunkStore(engine).states(name))
             counts = jobs.result_counts(name)
             scored = sum(counts.values())
             table.add_row("results in SQL", f"{scored:,} {dict(sorted(counts.items()))}")
@@ -410,11 +428,10 @@ def _note(record: JobRecord) -> str:
 @jobs_app.command()
 def cancel(name: JobName, database: Database = None) -> None:
     """Stop a running job at its next checkpoint; it cannot be resumed."""
-    from storage import ResultStore
     from storage.jobs import JobStore
 
-    with ResultStore(database_url(database)) as store:
-        if not JobStore(store.engine).cancel(name):
+    with _jobs_database(database) as engine:
+        if not JobStore(engine).cancel(name):
             console.print(f"[red]no running job {name!r}[/]")
             raise typer.Exit(1)
     console.print(f"job {name} cancelled")
@@ -433,14 +450,13 @@ def export(
     database: Database = None,
 ) -> None:
     """Write a distributed job's outputs in input order, once every chunk is done."""
-    from storage import ResultStore
     from worker.jobs.distributed import ExportError, export_job
     from worker.jobs.sources import is_uri
 
-    with ResultStore(database_url(database)) as store:
+    with _jobs_database(database) as engine:
         try:
             dest = output if output is None or is_uri(output) else Path(output).resolve()
-            written = export_job(name, store, dest)
+            written = export_job(name, engine, dest)
         except ExportError as exc:
             console.print(f"[red]{exc}[/]")
             raise typer.Exit(1) from None

@@ -92,7 +92,7 @@ def start(
         passes=passes,
         sample=sample,
     )
-    with _store(database) as store:
+    with _store(database, create=True) as store:
         try:
             record = begin(store, primary, candidate, plan, reason=reason)
         except RolloutConflict as exc:
@@ -174,13 +174,25 @@ def _decide(
 
 
 @contextmanager
-def _store(database: str | None) -> Iterator[RolloutStore]:
-    from storage import ResultStore, StoreUnavailable
+def _store(database: str | None, *, create: bool = False) -> Iterator[RolloutStore]:
+    """The rollouts' store. ``create``: a database that does not exist yet is made (a
+    rollout starts); otherwise it is refused, never created (there is nothing to read)."""
+    from storage import ResultStore, StoreUnavailable, upgrade
     from storage.rollouts import RolloutStore
+    from worker.cli.database import reading_engine
 
+    url = database_url(database)
     try:
-        with ResultStore(database_url(database)) as results:  # migrates a new database
-            yield RolloutStore(results.engine)
+        if create:
+            with ResultStore(url) as results:  # migrates a new database
+                yield RolloutStore(results.engine)
+            return
+        engine = reading_engine(url, "rollouts", default=database is None)
+        try:
+            upgrade(engine)
+            yield RolloutStore(engine)
+        finally:
+            engine.dispose()
     except StoreUnavailable as exc:
         errors.print(f"database unavailable: {exc}", style="red", markup=False)
         raise typer.Exit(1) from None

@@ -17,6 +17,7 @@ import asyncio
 import zlib
 
 from aiokafka import AIOKafkaProducer
+from sqlalchemy import Engine
 
 from consumers.topics import ensure_topics
 from storage import ResultStore
@@ -116,10 +117,10 @@ async def _send(
         await producer.stop()
 
 
-def export_job(name: str, store: ResultStore, output: Source | None = None) -> int:
+def export_job(name: str, engine: Engine, output: Source | None = None) -> int:
     """Write the job's outputs in input order, and its bad rows beside them; return the
     rows written. ``output`` defaults to the job's own ``--output``."""
-    jobs, chunks = JobStore(store.engine), ChunkStore(store.engine)
+    jobs, chunks = JobStore(engine), ChunkStore(engine)
     record = jobs.get(name)
     if record is None or record.kind != "distributed":
         raise ExportError(f"no distributed job {name!r}")
