@@ -219,6 +219,16 @@ def test_publish_with_sasl_to_a_broker_without_it_ends_in_time(
     assert user.files() == {"requests.jsonl"}
 
 
+def test_distributed_score_with_no_broker_names_the_address(user: User) -> None:
+    (user.folder / "rows.csv").write_text("a\n1\n")
+    port = free_port()
+    ran = user.run("score", "--model", "digits", "--input", "rows.csv", "--input-column", "a",
+                   "--distributed", "--bootstrap", f"127.0.0.1:{port}",
+                   "--database", "sqlite:///jobs.db")  # fmt: skip
+    fails(ran, 1, f"no Kafka broker answered at 127.0.0.1:{port}", "--bootstrap")
+    assert user.files() == {"rows.csv"}  # no database, no failed job in it
+
+
 def test_run_on_a_busy_http_port(user: User, held_port: int) -> None:
     ran = user.run("run", "--http-port", str(held_port), "--database", "sqlite:///x.db")
     fails(ran, 1, f"HTTP port {held_port} on 127.0.0.1 is already in use", "--http-port")
@@ -231,8 +241,11 @@ def test_broker_on_a_busy_port(user: User, held_port: int) -> None:
     assert user.files() == set()
 
 
-def test_query_commands_never_create_a_database(user: User) -> None:
-    ran = user.run("anomalies")
+@pytest.mark.parametrize(
+    "command", [["anomalies"], ["jobs", "list"], ["jobs", "show", "j"], ["rollout", "status"]]
+)
+def test_query_commands_never_create_a_database(user: User, command: list[str]) -> None:
+    ran = user.run(*command)
     fails(ran, 1, "no database at inferlane.db (sqlite:///inferlane.db)", "--database")
     assert user.files() == set()
 

@@ -284,6 +284,7 @@ def _publish(
     models: Path | None,
     chunk_rows: int | None,
 ) -> None:
+    from consumers.broker_check import require_broker
     from storage import ResultStore
     from storage.job_chunks import ChunkStore
     from worker.cli.registry import load_registry
@@ -291,6 +292,7 @@ def _publish(
     from worker.jobs.liveness import JobFailed
     from worker.jobs.local import JobError
     from worker.jobs.params import JobParams
+    from worker.settings import WorkerSettings
 
     assert isinstance(params, JobParams)
     if bootstrap is None:
@@ -298,6 +300,8 @@ def _publish(
             "--bootstrap (or INFERLANE_BOOTSTRAP) is required with --distributed"
         )
     registry = load_registry(models)
+    # Before the job's row exists: a broker that is not there leaves no failed job behind.
+    require_broker(bootstrap, WorkerSettings().kafka.security)
     with ResultStore(url) as store:
         try:
             record = publish(name, params, registry, store, bootstrap, chunk_rows=chunk_rows)
