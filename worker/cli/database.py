@@ -3,6 +3,8 @@ and read-only commands that never create a database."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -72,6 +74,20 @@ def reading_engine(url: str, table: str, *, default: bool) -> Engine:
             _where_to_look(default),
         )
     return engine
+
+
+@contextmanager
+def existing_database(url: str, table: str, *, default: bool) -> Iterator[Engine]:
+    """``reading_engine``, brought to the current schema for commands that also write
+    (cancel a job, decide a rollout), and disposed of after."""
+    from storage import upgrade
+
+    engine = reading_engine(url, table, default=default)
+    try:
+        upgrade(engine)
+        yield engine
+    finally:
+        engine.dispose()
 
 
 def _where_to_look(default: bool) -> str:

@@ -317,17 +317,12 @@ def _publish(
 
 @contextmanager
 def _jobs_database(database: str | None) -> Iterator[Engine]:
-    """The database that holds the jobs, brought to the current schema: one that does not
-    exist (a SQLite file) or holds no jobs table is refused, never created."""
-    from storage import upgrade
-    from worker.cli.database import reading_engine
+    """The database that holds the jobs: one that does not exist (a SQLite file) or holds
+    no jobs table is refused, never created."""
+    from worker.cli.database import existing_database
 
-    engine = reading_engine(database_url(database), "jobs", default=database is None)
-    try:
-        upgrade(engine)
+    with existing_database(database_url(database), "jobs", default=database is None) as engine:
         yield engine
-    finally:
-        engine.dispose()
 
 
 @jobs_app.command("list")

@@ -177,9 +177,9 @@ def _decide(
 def _store(database: str | None, *, create: bool = False) -> Iterator[RolloutStore]:
     """The rollouts' store. ``create``: a database that does not exist yet is made (a
     rollout starts); otherwise it is refused, never created (there is nothing to read)."""
-    from storage import ResultStore, StoreUnavailable, upgrade
+    from storage import ResultStore, StoreUnavailable
     from storage.rollouts import RolloutStore
-    from worker.cli.database import reading_engine
+    from worker.cli.database import existing_database
 
     url = database_url(database)
     try:
@@ -187,12 +187,8 @@ def _store(database: str | None, *, create: bool = False) -> Iterator[RolloutSto
             with ResultStore(url) as results:  # migrates a new database
                 yield RolloutStore(results.engine)
             return
-        engine = reading_engine(url, "rollouts", default=database is None)
-        try:
-            upgrade(engine)
+        with existing_database(url, "rollouts", default=database is None) as engine:
             yield RolloutStore(engine)
-        finally:
-            engine.dispose()
     except StoreUnavailable as exc:
         errors.print(f"database unavailable: {exc}", style="red", markup=False)
         raise typer.Exit(1) from None
