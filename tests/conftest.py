@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,6 +73,17 @@ def pg_url(pg_database: str) -> Iterator[str]:
     with engine.begin() as conn:
         conn.execute(text(f"DROP TABLE IF EXISTS {ALL_TABLES} CASCADE"))
     engine.dispose()
+
+
+@pytest.fixture
+def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Worker processes a test starts (it appends them): killed and reaped after it."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

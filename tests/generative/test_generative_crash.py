@@ -11,11 +11,9 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-import pytest
 from generative_prompts import prompt
 from sqlalchemy import Engine, text
 
@@ -34,16 +32,6 @@ def _start(bootstrap: str, db: Path, registry: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         command, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-
-
-@pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
 
 
 def _rows(engine: Engine) -> int:

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -34,16 +33,6 @@ def env(demo_registry_path: Path) -> dict[str, str]:
         "INFERLANE_MODEL_CACHE": str(demo_registry_path.parent),
         "INFERLANE_KAFKA__SESSION_TIMEOUT_MS": "6000",
     }
-
-
-@pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
