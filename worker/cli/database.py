@@ -78,8 +78,8 @@ def reading_engine(url: str, table: str, *, default: bool) -> Engine:
 
 @contextmanager
 def existing_database(url: str, table: str, *, default: bool) -> Iterator[Engine]:
-    """``reading_engine``, brought to the current schema for commands that also write
-    (cancel a job, decide a rollout), and disposed of after."""
+    """``reading_engine`` on a database brought to the current schema (an existing one,
+    as the worker migrates it; a missing one is still refused), disposed of after."""
     from storage import upgrade
 
     engine = reading_engine(url, table, default=default)
