@@ -89,9 +89,7 @@ class YieldToHigh:
         if n <= 0 or not self._share:
             return
         with self._changed:
-            for _ in range(min(n, len(self._uncomputed))):
-                self._uncomputed.popleft()
-            if not self._uncomputed:
+            if not _drop(self._uncomputed, n):
                 self._changed.notify_all()
 
     def left(self, n: int) -> None:
@@ -99,9 +97,7 @@ class YieldToHigh:
         if n <= 0 or not self._share:
             return
         with self._changed:
-            for _ in range(min(n, len(self._in))):
-                self._in.popleft()
-            if not self._in:
+            if not _drop(self._in, n):
                 self._uncomputed.clear()
                 self._end(self._update(self._clock()))
                 self._opened.set()
@@ -155,3 +151,10 @@ class YieldToHigh:
             self._held_total.inc(now - self._since_s)
             self._since_s = None
         self._changed.notify_all()
+
+
+def _drop(counted: deque[float], n: int) -> int:
+    """Forget the ``n`` oldest of ``counted`` (or all of them); how many are left."""
+    for _ in range(min(n, len(counted))):
+        counted.popleft()
+    return len(counted)

@@ -84,24 +84,24 @@ class LaneStepScheduler(Scheduler):
         if self._thread != threading.get_ident():  # a new generation loop: its first step
             self._thread = threading.get_ident()
             set_torch_threads(self.torch_threads)
-        key = self.book.key
         if self.waiting_requests:
-            self._preempt_for(min(self.waiting_requests.values(), key=key))
+            self._preempt_for(min(self.waiting_requests.values(), key=self.book.key))
         states = [*self.active_requests.values(), *self.waiting_requests.values()]
-        high = high_tokens([(key(s)[0], s) for s in states])
+        keys = {s.request_id: self.book.key(s) for s in states}  # (rank, arrival), once
+        high = high_tokens([(keys[s.request_id][0], s) for s in states])
         budget = step_tokens_for(high, token_budget)
         # While the cut budget leaves the lower lanes their tokens beside high ones, the
         # high sequences go first (a lower lane owed its share would otherwise fill the
         # cut budget and hold a high prompt out, step after step); the shares decide
         # the order of the lanes below them.
         high_first = high is not None and high + BESIDE_HIGH_TOKENS <= token_budget
-        first = self._owed_rank()
+        first = self._owed_rank({rank for rank, _ in keys.values()})
 
         def place(rank: int) -> int:
             return -2 if high_first and rank == 0 else -1 if rank == first else rank
 
         def order(state: RequestState) -> tuple[int, bool, bool, int]:
-            rank, arrival = key(state)
+            rank, arrival = keys[state.request_id]
             waiting = state.request_id in self.waiting_requests
             decoding = state.status == RequestStatus.DECODING
             return (place(rank), waiting, not decoding, arrival)
@@ -116,7 +116,7 @@ class LaneStepScheduler(Scheduler):
         if self._contended and scheduled:
             # The lane that went first by the shares (high ones placed first count only
             # when nothing else ran beside them).
-            lanes = [key(s.state)[0] for s in scheduled]
+            lanes = [keys[s.state.request_id][0] for s in scheduled]
             lead = next((r for r in lanes if not (high_first and r == 0)), lanes[0])
             self.book.shares.served(LANE_ORDER[lead])
         if not scheduled and failed:
@@ -125,16 +125,12 @@ class LaneStepScheduler(Scheduler):
             self.clock.begin(began_s, len(scheduled))
         return scheduled, fast_path, q_tokens, kv_read
 
-    def _owed_rank(self) -> int | None:
-        """The rank of the lane below its share that goes first, while lanes contend."""
-        if not self._contended:
+    def _owed_rank(self, ready: set[int]) -> int | None:
+        """Of the lane ranks with candidates, the lane below its share that goes first,
+        while lanes contend."""
+        if not self._contended or len(ready) < 2:
             return None
-        key = self.book.key
-        states = [*self.active_requests.values(), *self.waiting_requests.values()]
-        ready = sorted({key(s)[0] for s in states})
-        if len(ready) < 2:
-            return None
-        owed = self.book.shares.owed(LANE_ORDER[rank] for rank in ready)
+        owed = self.book.shares.owed(LANE_ORDER[rank] for rank in sorted(ready))
         return None if owed is None else LANE_ORDER.index(owed)
 
     def _preempt_for(self, state: RequestState) -> None:
