@@ -19,6 +19,7 @@ from rich.console import Console
 
 from bench import docs, report
 from bench.gc_hold import without_full_passes
+from bench.measure import Steal
 from bench.plan import FULL, PLANS, Plan
 from bench.scenarios import (
     ceiling,
@@ -270,10 +271,11 @@ def main(argv: list[str] | None = None) -> int:
         f"bench [bold]{plan.mode}[/]: {meta['machine']['cpu']}, "
         f"{meta['machine']['cores']} cores, {args.torch_threads} torch threads"
     )
-    started = time.monotonic()
+    started, steal = time.monotonic(), Steal()
     ceilings, measured = run(ctx, only)
     meta["duration_s"] = round(time.monotonic() - started, 1)
     meta["load_avg_end"] = _load_avg()
+    meta["cpu_steal_share"] = steal.share()
     scenarios = report.scenarios_json(ceilings, measured)
     ratios = report.ratios(scenarios)
     doc = report.finite(

@@ -1,4 +1,4 @@
-"""Measurement helpers: quantiles, throughput over a window, RSS sampling."""
+"""Measurement helpers: quantiles, throughput over a window, RSS sampling, CPU steal."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -19,6 +20,27 @@ def rss_bytes() -> int:
     """Resident set size of this process, from /proc (no psutil call on the hot path)."""
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * _PAGE_BYTES
+
+
+class Steal:
+    """The share of this VM's CPU time its host took (steal) since it was made: time
+    its vCPUs were ready to run and did not. A run under heavy steal measured the
+    host's other tenants as much as the system under test."""
+
+    def __init__(self) -> None:
+        self._start = psutil.cpu_times()
+
+    def share(self) -> float:
+        now = psutil.cpu_times()
+        total = _elapsed(now) - _elapsed(self._start)
+        stolen = getattr(now, "steal", 0.0) - getattr(self._start, "steal", 0.0)
+        return round(stolen / total, 3) if total > 0 else 0.0
+
+
+def _elapsed(times: Any) -> float:
+    # Linux counts guest time inside user and nice as well: not twice.
+    guest = getattr(times, "guest", 0.0) + getattr(times, "guest_nice", 0.0)
+    return float(sum(times) - guest)
 
 
 def quantile(values: Sequence[float], q: float) -> float:

@@ -15,6 +15,11 @@ from bench.scenarios import overhead, sparse_priority, step_load
 from bench.scenarios.common import Measured
 from worker.settings import BatchConfig
 
+# From this share of CPU steal on, the summary says the run's figures are the host's too
+# (on the 2-vCPU VM, a full run during which a 10-s sample read 33% steal ran digits at a
+# third to a half of the day before's rates).
+STEAL_WARN = 0.05
+
 # (ratio path, comparison, threshold), from the issue's targets for this machine (CPU).
 TARGETS: tuple[tuple[str, str, float], ...] = (
     # The ceiling timed just before and after inferlane's run: the VM's speed moves by
@@ -246,11 +251,24 @@ def header(doc: dict[str, Any]) -> str:
     )
 
 
+def steal_text(share: float | None) -> str:
+    """The CPU time the VM's host took over the run (absent from runs before it was
+    recorded)."""
+    if share is None:
+        return "CPU steal not recorded"
+    return f"CPU steal {100 * share:.1f}% of the run" + (
+        " (the host's other tenants took that much of the cores: figures run low)"
+        if share >= STEAL_WARN
+        else ""
+    )
+
+
 def markdown(doc: dict[str, Any]) -> str:
     sc, meta = doc["scenarios"], doc["meta"]
     lines = [
         f"{header(doc)}, {meta['torch_threads']} torch threads everywhere; load average "
-        f"{meta['load_avg_start']} at start, {meta['load_avg_end']} at end.",
+        f"{meta['load_avg_start']} at start, {meta['load_avg_end']} at end; "
+        f"{steal_text(meta.get('cpu_steal_share'))}.",
         "",
         "| model | scenario | throughput (req/s) | p50 ms | p99 ms | peak RSS MiB "
         "| latency basis |",

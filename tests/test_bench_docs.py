@@ -184,6 +184,21 @@ def test_the_written_tables_parse(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("share", "warned"), [(0.012, False), (report.STEAL_WARN, True), (0.33, True)]
+)
+def test_the_summary_names_the_cpu_steal_of_the_run(share: float, warned: bool) -> None:
+    doc = _doc()
+    doc["meta"]["cpu_steal_share"] = share
+    first = report.markdown(doc).splitlines()[0]
+    assert f"CPU steal {100 * share:.1f}% of the run" in first
+    assert ("figures run low" in first) is warned
+
+
+def test_a_run_from_before_steal_was_recorded_says_so() -> None:
+    assert "CPU steal not recorded" in report.markdown(_doc()).splitlines()[0]
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "no markers at all\n",

@@ -51,6 +51,7 @@ def test_writes_json_png_and_summary(smoke: tuple[dict, Path]) -> None:
     assert "| ratio | value |" in (out / "summary.md").read_text()
     assert doc["meta"]["mode"] == "smoke"
     assert doc["meta"]["torch_threads"] >= 1
+    assert 0.0 <= doc["meta"]["cpu_steal_share"] < 1.0  # read from the machine's CPU times
 
 
 def test_every_scenario_reports_throughput_latency_and_rss(smoke: tuple[dict, Path]) -> None:
