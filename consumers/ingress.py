@@ -22,6 +22,7 @@ holds the four waits, tuned to the embedded broker.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -138,9 +139,17 @@ class Ingress:
         """Whether urgent topics are fetched apart (``fetch(urgent=True)``)."""
         return self._urgent_reader is not None
 
-    async def start(self, on_assigned: PartitionsCallback, on_revoked: PartitionsCallback) -> None:
+    async def start(
+        self,
+        on_assigned: PartitionsCallback,
+        on_revoked: PartitionsCallback,
+        *,
+        urgent_context: contextvars.Context | None = None,
+    ) -> None:
+        """``urgent_context``: the context the urgent reader starts in, and with it the
+        tasks and connections it makes (the caller's own when None)."""
         if self._urgent_reader is not None:
-            await self._urgent_reader.start()
+            await asyncio.create_task(self._urgent_reader.start(), context=urgent_context)
         await self._consumer.start()
         listener = _Listener(self._assigned(on_assigned), self._revoked(on_revoked))
         self._consumer.subscribe(self._topics, listener=listener)

@@ -15,6 +15,7 @@ from types import TracebackType
 
 from consumers.offsets import TopicPartitionKey
 from storage import ResultStore
+from worker.base import urgent_loop
 from worker.base.blocking import off_loop
 from worker.base.pending import Batch, Outcome, Pending
 from worker.base.steps import bounded, cancelled
@@ -109,6 +110,7 @@ class Worker:
 
     async def start(self) -> None:
         s = self.settings
+        urgent_loop.install(asyncio.get_running_loop())  # before any task: see its module
         await self._ops.start()  # first: /healthz and /readyz answer during the warm-up
         self.store = store = await off_loop(ResultStore, s.database_url)
         self.registry.watch()

@@ -20,6 +20,7 @@ from storage.write_process import WriterProcess
 from worker.base.blocking import off_loop
 from worker.base.pending import Outcome, Pending
 from worker.base.steps import bounded
+from worker.base.urgent_loop import urgent_context
 from worker.delivery.chunks import ChunkPublisher
 from worker.delivery.commits import Commit
 from worker.delivery.completion import CompletionQueue
@@ -113,7 +114,8 @@ class Output:
         security = s.kafka.security
         await ensure_topics(s.bootstrap, names, partitions=s.topics.partitions, security=security)
         await self._egress.start()
-        await self._urgent_egress.start()
+        # Its sender task and connections inherit the context: they run urgent-first.
+        await asyncio.create_task(self._urgent_egress.start(), context=urgent_context())
         chunks = ChunkPublisher(
             egress=self._egress,
             urgent_egress=self._urgent_egress,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from consumers.contract import Priority
 from consumers.offsets import OffsetTracker, TopicPartitionKey
 from worker.base.pending import Outcome
+from worker.base.urgent_loop import urgent_context
 from worker.delivery.commits import CoalescedCommits, Commit
 from worker.delivery.completion import BULK, URGENT, CompletionQueue
 from worker.delivery.sink import Sink
@@ -50,7 +51,9 @@ class Delivery:
 
     def start(self) -> list[asyncio.Task[None]]:
         return [
-            asyncio.create_task(self._publish(URGENT), name="inferlane-publish-urgent"),
+            asyncio.create_task(
+                self._publish(URGENT), name="inferlane-publish-urgent", context=urgent_context()
+            ),
             asyncio.create_task(self._publish(BULK), name="inferlane-publish"),
             asyncio.create_task(self._persist(), name="inferlane-persist"),
             asyncio.create_task(self._commits.run(), name="inferlane-commit"),

@@ -10,6 +10,7 @@ metrics count a batch as it is dispatched (``count``).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import time
 from collections import Counter
@@ -19,6 +20,7 @@ from typing import Protocol
 from consumers.contract import Priority
 from worker.base.outcomes import completed, expired
 from worker.base.pending import Batch, BatchRun, Outcome
+from worker.base.urgent_loop import Boost, boost_current, is_urgent, urgent_context
 from worker.execution.executor import Executor
 from worker.models import ModelRegistry
 from worker.scheduling.batcher import Batcher
@@ -59,14 +61,20 @@ class Dispatch:
         self._failed = failed  # our bug in a batch's end: the worker stops with it
         self._running: Counter[Priority] = Counter()  # batches in the executor, by lane
         self._wake = asyncio.Event()  # new requests or a free executor slot
+        self._boost = Boost()  # run()'s: on while a wake from urgent work is unplanned
         self.closed = False  # set on stop: nothing more may start
 
     def wake(self) -> None:
+        # Woken by urgent work (a high record admitted): plan it urgent-first too.
+        if is_urgent():
+            self._boost.on = True
         self._wake.set()
 
     async def run(self) -> None:
+        self._boost = boost_current()
         while True:
             self._wake.clear()
+            self._boost.on = False
             now = time.monotonic()
             if open_lanes := self._open_lanes():
                 plan = self._batcher.plan(now, idle=self._idle_lanes(), lanes=open_lanes)
@@ -118,10 +126,18 @@ class Dispatch:
         self._running[lane_of(batch)] += 1
         self._count(batch)
         self._scheduler.dispatched(batch)
-        future = asyncio.wrap_future(self._executor.submit(batch))
-        future.add_done_callback(lambda f: self._done(batch, f))
+        # A high batch's end is urgent on the loop; its threadsafe hop is our own, as
+        # asyncio.wrap_future's would run in the compute thread's (ordinary) context.
+        context = urgent_context() if lane_of(batch) == Priority.HIGH else None
+        loop = asyncio.get_running_loop()
 
-    def _done(self, batch: Batch, future: asyncio.Future[BatchRun]) -> None:
+        def ended(future: concurrent.futures.Future[BatchRun]) -> None:
+            if not loop.is_closed():  # else the worker is gone: the batch replays
+                loop.call_soon_threadsafe(self._done, batch, future, context=context)
+
+        self._executor.submit(batch).add_done_callback(ended)
+
+    def _done(self, batch: Batch, future: concurrent.futures.Future[BatchRun]) -> None:
         self._running[lane_of(batch)] -= 1
         self._wake.set()
         try:

@@ -23,6 +23,7 @@ from storage import ResultStore
 from worker.base.blocking import off_loop
 from worker.base.pending import Outcome, Pending
 from worker.base.steps import STEP_GRACE_S, bounded
+from worker.base.urgent_loop import urgent_context
 from worker.delivery.sink import INLINE_RECORDS
 from worker.execution.generative.stage import GenerationStage, SequenceEvents
 from worker.intake.admission import Admission
@@ -100,14 +101,17 @@ class Intake:
         """Join the group: ``store`` says where each partition resumes, ``events`` takes
         generative requests' sequences, ``commit_now`` commits before partitions go."""
         self._store, self._events, self._commit_now = store, events, commit_now
-        await self._ingress.start(self._on_assigned, self._on_revoked)
+        await self._ingress.start(
+            self._on_assigned, self._on_revoked, urgent_context=urgent_context()
+        )
 
     def tasks(self) -> list[asyncio.Task[None]]:
-        urgent = [True] if self._ingress.has_urgent else []
-        return [
-            asyncio.create_task(self._run(urgent=u), name=f"inferlane-intake{'-urgent' * u}")
-            for u in [False, *urgent]
-        ]
+        tasks = [asyncio.create_task(self._run(urgent=False), name="inferlane-intake")]
+        if self._ingress.has_urgent:
+            run = self._run(urgent=True)
+            name = "inferlane-intake-urgent"
+            tasks.append(asyncio.create_task(run, name=name, context=urgent_context()))
+        return tasks
 
     def stop_accepting(self) -> None:
         self._accepting = False
