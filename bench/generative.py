@@ -62,8 +62,8 @@ from worker.demo.generative_model import (
     corpus,
     generative_entry,
 )
-from worker.execution.generative.engine import Job
 from worker.execution.generative.runtime import engine_of
+from worker.execution.generative.sequences import Job
 from worker.models import ModelRegistry
 from worker.models.generative import kv_bytes_per_token
 from worker.models.generative_model import GenerativeModel

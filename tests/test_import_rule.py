@@ -71,3 +71,17 @@ def test_an_arrow_back_up_or_a_cycle_breaks_a_contract(
     run = lint_imports(tree)
     assert run.returncode == 1, run.stdout + run.stderr
     assert broken in run.stdout
+
+
+def test_the_worker_and_its_cli_load_without_transformers() -> None:
+    """transformers takes seconds to import: it loads with the first generative model,
+    so a command that serves or scores none (or fails on its arguments) starts without."""
+    probe = (
+        "import sys, worker.cli.main, worker.launch, worker.jobs.local;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'transformers'))"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[]"

@@ -8,7 +8,8 @@ import asyncio
 import torch
 
 from worker.base.generation import GenerationItem
-from worker.execution.generative.engine import Finished, GenerativeEngine, Job
+from worker.execution.generative.engine import GenerativeEngine
+from worker.execution.generative.sequences import Finished, Job
 from worker.models.generative_model import GenerativeModel
 
 

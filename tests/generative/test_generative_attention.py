@@ -13,8 +13,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from consumers.contract import Priority
 from worker.base.generation import Sampling
 from worker.execution.generative import attention
-from worker.execution.generative.engine import Job
 from worker.execution.generative.runtime import engine_of
+from worker.execution.generative.sequences import Job
 from worker.models import ModelRegistry
 from worker.models.generative_model import GenerativeModel
 from worker.settings import SchedulingConfig

@@ -16,8 +16,9 @@ from generative_reference import generate_all, greedy_reference
 
 from consumers.contract import Priority
 from worker.base.generation import GenerationItem, Sampling
-from worker.execution.generative.engine import Finished, GenerativeEngine, Job
+from worker.execution.generative.engine import GenerativeEngine
 from worker.execution.generative.runtime import engine_of
+from worker.execution.generative.sequences import Finished, Job
 from worker.models import ModelRegistry
 from worker.models.generative_model import GenerativeModel
 from worker.settings import SchedulingConfig

@@ -21,7 +21,7 @@ from consumers.records import DeadLetter
 from worker.base.generation import GenerationStats, ms
 from worker.base.pending import Outcome, Pending
 from worker.delivery.chunks import ChunkPublisher
-from worker.execution.generative.engine import Finished
+from worker.execution.generative.sequences import Finished
 from worker.execution.generative.text_stream import Chunk
 from worker.models.adapters import Adapter
 from worker.models.text_score import score

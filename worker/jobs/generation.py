@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -19,14 +20,16 @@ import pyarrow as pa
 from consumers.errors import ModelFailed
 from storage import GenerationRow
 from worker.base.generation import GenerationItem, ms
-from worker.execution.generative.engine import Finished, GenerativeEngine
-from worker.execution.generative.runtime import generate_all
+from worker.execution.generative.sequences import Finished
 from worker.jobs.compute import Scored
 from worker.jobs.decode import Decoded
 from worker.jobs.rows import Labels, WindowResult, assembled
 from worker.jobs.sources import Window
 from worker.models.generative_model import GenerativeModel
 from worker.models.text_score import score
+
+if TYPE_CHECKING:
+    from worker.execution.generative.engine import GenerativeEngine
 
 
 def generated_window(
@@ -38,6 +41,8 @@ def generated_window(
     *,
     sql_results: bool = True,
 ) -> WindowResult:
+    from worker.execution.generative.runtime import generate_all  # loads transformers
+
     items: list[GenerationItem] = list(decoded.items)
     started = time.perf_counter()
     finished = generate_all(engine, items)

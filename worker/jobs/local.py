@@ -22,7 +22,6 @@ from storage import ResultStore
 from storage.jobs import CANCELLED, DONE, JobConflict, JobRecord, JobStore
 from worker.execution.aside import submit_rows
 from worker.execution.executor import ThreadExecutor
-from worker.execution.generative.runtime import engine_of
 from worker.jobs.batch_size import BatchSizer
 from worker.jobs.decode import Decoded, decode
 from worker.jobs.generation import generated_window
@@ -140,6 +139,8 @@ class LocalJob:
     def _generating(self, model: GenerativeModel) -> WindowScorer:
         """Each window's prompts on the model's engine (its KV cache charged to the store
         as in a worker); one lane, so the lanes' shares never come into play."""
+        from worker.execution.generative.runtime import engine_of  # loads transformers
+
         name = self.params.model
 
         def reserve(nbytes: int) -> None:

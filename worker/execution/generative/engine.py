@@ -20,10 +20,8 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
-from pydantic import JsonValue
 from tokenizers import Tokenizer
 from transformers import ContinuousBatchingConfig, GenerationConfig, PreTrainedModel
 from transformers.generation.continuous_batching import ContinuousBatchingManager
@@ -32,74 +30,15 @@ from transformers.generation.continuous_batching.requests import GenerationOutpu
 
 from consumers.contract import Priority
 from worker.base.blocking import own_thread
-from worker.base.generation import Sampling, ms
 from worker.execution.generative.attention import PER_SEQUENCE, STOCK, fits, switch
 from worker.execution.generative.sampling import processors
+from worker.execution.generative.sequences import Finished, FinishReason, Job
 from worker.execution.generative.step_clock import StepClock
 from worker.execution.generative.step_scheduler import LaneBook, register
 from worker.execution.generative.text_stream import Chunk, TextStream
 from worker.scheduling.shares import LaneShares
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    request_id: str
-    lane: Priority
-    prompt_ids: tuple[int, ...]
-    sampling: Sampling
-    deadline_s: float | None = None  # monotonic
-
-
-# ``length``: max_new_tokens; ``stop``: a stop string; ``expired``: its deadline passed.
-FinishReason = Literal["eos", "length", "stop", "expired", "error"]
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """How a sequence ended, with its text so far."""
-
-    request_id: str
-    text: str
-    token_ids: tuple[int, ...]
-    prompt_tokens: int
-    finish_reason: FinishReason
-    submitted_s: float  # monotonic, as the times below
-    first_token_s: float | None
-    last_token_s: float | None
-    error: str | None = None
-    error_code: str | None = None  # with error: model_error, or model_unavailable
-
-    @property
-    def generated_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def time_per_output_token_s(self) -> float | None:
-        """Mean time between generated tokens after the first."""
-        n = len(self.token_ids)
-        if n < 2 or self.first_token_s is None or self.last_token_s is None:
-            return None
-        return (self.last_token_s - self.first_token_s) / (n - 1)
-
-    def ttft_s(self, since_s: float) -> float | None:
-        """From ``since_s`` (monotonic) to the first generated token."""
-        return None if self.first_token_s is None else self.first_token_s - since_s
-
-    def outputs(self, since_s: float, *, token_ids: bool) -> dict[str, JsonValue]:
-        """A result's ``outputs``; ``ttft_ms`` counts from ``since_s`` (monotonic)."""
-        out: dict[str, JsonValue] = {
-            "text": self.text,
-            "finish_reason": self.finish_reason,
-            "prompt_tokens": self.prompt_tokens,
-            "generated_tokens": self.generated_tokens,
-            "ttft_ms": ms(self.ttft_s(since_s)),
-            "tpot_ms": ms(self.time_per_output_token_s),
-        }
-        if token_ids:
-            out["token_ids"] = list(self.token_ids)
-        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ import torch
 
 from consumers.contract import Priority
 from worker.base.generation import GenerationItem
-from worker.execution.generative.engine import EngineSettings, Finished, GenerativeEngine, Job
+from worker.execution.generative.engine import EngineSettings, GenerativeEngine
+from worker.execution.generative.sequences import Finished, Job
 from worker.models.generative_model import GenerativeModel, RunnerLease
 
 _lock = threading.Lock()

@@ -13,19 +13,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from consumers.contract import Priority
 from consumers.errors import InferlaneError, ModelFailed
 from worker.base.blocking import off_loop
 from worker.base.generation import GenerationItem
 from worker.base.pending import Pending
-from worker.execution.generative.engine import Finished, GenerativeEngine, Job
 from worker.execution.generative.metrics import EngineMeter, GenerationMetrics
-from worker.execution.generative.runtime import engine_of
+from worker.execution.generative.sequences import Finished, Job
 from worker.execution.generative.text_stream import Chunk
 from worker.models import ModelRegistry
 from worker.models.generative_model import GenerativeModel, RunnerLease
+
+if TYPE_CHECKING:
+    from worker.execution.generative.engine import GenerativeEngine
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,10 @@ class GenerationStage:
             raise ModelFailed(f"model {name!r} is not generative")
         lease = model.lease
         engine = lease.runner if isinstance(lease, RunnerLease) else None
+        # transformers' engine loads with the first generative model served (seconds)
+        from worker.execution.generative.engine import GenerativeEngine
+        from worker.execution.generative.runtime import engine_of
+
         if not isinstance(engine, GenerativeEngine):
 
             def reserve(nbytes: int) -> None:
