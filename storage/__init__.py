@@ -13,7 +13,7 @@ from storage.queries import (
     drift_summary,
     result_counts,
 )
-from storage.records import DriftRow, GenerationRow, OffsetRow, ResultRow
+from storage.records import DriftRow, GenerationRow, OffsetRow, ResultRow, RowColumns, Same
 from storage.writer import ResultStore
 
 __all__ = [
@@ -23,7 +23,9 @@ __all__ = [
     "OffsetRow",
     "ResultRow",
     "ResultStore",
+    "RowColumns",
     "RowsRefused",
+    "Same",
     "StoreUnavailable",
     "anomaly_count",
     "count_results",

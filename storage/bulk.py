@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.sql.dml import Insert
 
 from storage.copy_text import CopyText
+from storage.records import RowColumns
 
 Processor = Callable[[Any], Any]
 
@@ -60,9 +61,16 @@ class BulkStatement:
     def execute(self, conn: Connection, rows: Sequence[Sequence[Any]]) -> None:
         """``rows`` hold values in ``columns`` order."""
         if self.copy is not None and len(rows) >= COPY_MIN_ROWS:
-            self.copy.execute(conn, rows)
+            self.copy.execute(conn, self.copy.text.payload(rows))
         elif rows:
             conn.exec_driver_sql(self.sql, [self._bind(row) for row in rows])
+
+    def execute_columns(self, conn: Connection, rows: RowColumns) -> None:
+        """``rows`` by column name (every one of ``columns``)."""
+        if self.copy is not None and rows.length >= COPY_MIN_ROWS:
+            self.copy.execute(conn, self.copy.text.payload_columns(rows))
+        elif rows.length:
+            self.execute(conn, rows.rows(self.columns))
 
     def _bind(self, row: Sequence[Any]) -> tuple[Any, ...]:
         values = list(row)
@@ -100,11 +108,12 @@ class CopyUpsert:
             f"ON CONFLICT ({', '.join(quote(c) for c in key)}) DO UPDATE SET {update}",
         )
 
-    def execute(self, conn: Connection, rows: Sequence[Sequence[Any]]) -> None:
-        """Unbound rows, in ``conn``'s transaction."""
+    def execute(self, conn: Connection, payload: Iterable[memoryview]) -> None:
+        """Rows as COPY text (``text``'s payload of unbound rows), in ``conn``'s
+        transaction."""
         import psycopg  # here: a SQLite-only install may lack the driver
 
-        text = list(self.text.payload(rows))
+        text = list(payload)
         try:
             with conn.begin_nested():
                 _copy(conn, self.copy, text)

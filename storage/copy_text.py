@@ -22,6 +22,7 @@ from sqlalchemy.types import TypeEngine
 
 from storage.engine import json_text
 from storage.errors import RowsRefused
+from storage.records import RowColumns, Same
 
 # Rows per Arrow array: each payload piece stays far below Arrow's 2 GiB string offsets.
 SLICE_ROWS = 65_536
@@ -54,14 +55,22 @@ class CopyText:
     def payload(self, rows: Sequence[Sequence[Any]]) -> Iterator[memoryview]:
         """``rows`` (values in ``columns`` order, unbound) as COPY text, in pieces."""
         for start in range(0, len(rows), SLICE_ROWS):
-            yield self._lines(rows[start : start + SLICE_ROWS])
+            piece = rows[start : start + SLICE_ROWS]
+            yield self._lines(list(zip(*piece, strict=True)), len(piece))
 
-    def _lines(self, rows: Sequence[Sequence[Any]]) -> memoryview:
-        texts = [
-            self._column(name, kind, values)
-            for name, kind, values in zip(
-                self.columns, self.kinds, zip(*rows, strict=True), strict=True
+    def payload_columns(self, rows: RowColumns) -> Iterator[memoryview]:
+        """``rows`` as COPY text, in pieces: a ``Same`` column is formatted once."""
+        for start in range(0, rows.length, SLICE_ROWS):
+            end = min(start + SLICE_ROWS, rows.length)
+            columns = [rows.columns[name] for name in self.columns]
+            yield self._lines(
+                [c if isinstance(c, Same) else c[start:end] for c in columns], end - start
             )
+
+    def _lines(self, columns: Sequence[Sequence[Any] | Same], length: int) -> memoryview:
+        texts = [
+            self._column(name, kind, values, length)
+            for name, kind, values in zip(self.columns, self.kinds, columns, strict=True)
         ]
         lines = pc.binary_join_element_wise(
             *texts, "\t", null_handling="replace", null_replacement=_NULL
@@ -72,21 +81,32 @@ class CopyText:
         return memoryview(data)[ends[0] : ends[-1]]
 
     @staticmethod
-    def _column(name: str, kind: _Kind | pa.DataType, values: Sequence[Any]) -> pa.Array:
+    def _column(
+        name: str, kind: _Kind | pa.DataType, values: Sequence[Any] | Same, length: int
+    ) -> pa.Array:
         try:
+            if isinstance(values, Same):
+                return pa.repeat(_text(kind, [values.value])[0], length)
             # Most of a job's columns hold one value in every row: formatted once. (Not
             # JSON: equal values, such as 1 and 1.0, may be written differently.)
-            if kind is not _Kind.JSON and values.count(values[0]) == len(values):
-                return pa.repeat(_text(kind, values[:1])[0], len(values))
+            if kind is not _Kind.JSON and _all_equal(values):
+                return pa.repeat(_text(kind, values[:1])[0], length)
             return _text(kind, values)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             # A value its column cannot hold, as the database would refuse it.
             raise RowsRefused(f"column {name}: {exc}") from exc
 
 
+def _all_equal(values: Sequence[Any]) -> bool:
+    if isinstance(values, np.ndarray):
+        return bool((values == values[0]).all())
+    return values.count(values[0]) == len(values)  # a tuple's or a list's own count
+
+
 def _text(kind: _Kind | pa.DataType, values: Sequence[Any]) -> pa.Array:
     if kind is _Kind.JSON:  # none_as_null: None is SQL NULL, not the JSON text 'null'
-        return _escaped(pa.array([None if v is None else json_text(v) for v in values]))
+        texts = [None if v is None else json_text(v) for v in values]
+        return _escaped(pa.array(texts, pa.string()))  # typed: all None is a null array
     if kind is _Kind.TEXT:
         return _escaped(pa.array(values, pa.string()))
     if kind is _Kind.TIME:

@@ -15,7 +15,7 @@ from storage.bulk import BulkStatement
 from storage.engine import begin_write, make_engine
 from storage.errors import classified_errors
 from storage.migrate import upgrade
-from storage.records import DriftRow, GenerationRow, OffsetRow, ResultRow
+from storage.records import DriftRow, GenerationRow, OffsetRow, ResultRow, RowColumns
 from storage.schema import consumer_offsets
 from storage.upserts import build_upserts
 
@@ -63,6 +63,26 @@ class ResultStore:
         whole write rolls back.
         """
         self.write_values(self.values(results, drift, offsets, generations), also)
+
+    def write_columns(
+        self,
+        results: RowColumns,
+        drift: RowColumns,
+        also: Callable[[Connection], None] | None = None,
+        *,
+        generations: Sequence[GenerationRow] = (),
+    ) -> None:
+        """``write`` for rows given as columns (a job's window), in one transaction."""
+        # A key repeated within one write: the last row wins, as in ``values``.
+        results, drift = results.last_per_key("request_id"), drift.last_per_key("request_id")
+        generation_values = self.values([], [], [], generations).generations
+        with classified_errors(), begin_write(self._engine) as conn:
+            self._results.execute_columns(conn, results)
+            self._drift.execute_columns(conn, drift)
+            if generation_values:
+                self._generations.execute(conn, generation_values)
+            if also is not None:
+                also(conn)
 
     def values(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import fields
 from datetime import UTC, timedelta, timezone
 from pathlib import Path
 
@@ -11,9 +12,20 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 from storage_rows import NOW, drift, offset, result
 
-from storage import ResultStore, RowsRefused, StoreUnavailable, count_results, result_counts
+from storage import (
+    ResultRow,
+    ResultStore,
+    RowColumns,
+    RowsRefused,
+    Same,
+    StoreUnavailable,
+    count_results,
+    result_counts,
+)
 from storage.bulk import COPY_MIN_ROWS
 from storage.schema import inference_log, inference_results
+
+DRIFT = [c.name for c in inference_log.columns]
 
 
 def test_replay_keeps_one_row_with_the_latest_values(store: ResultStore) -> None:
@@ -240,3 +252,54 @@ def test_a_write_of_many_rows_over_some_stored_keys_upserts_each_row_once(
     assert {errors[f"r{i}"] for i in ids} == {1.0}
     assert {errors[f"r{i}"] for i in set(stored) - set(ids)} == {0.0}
     assert store.committed_offsets("g") == {("t", 0): 5}
+
+
+def test_a_write_of_many_rows_with_no_outputs_at_all(store: ResultStore) -> None:
+    """A window of rejected rows only: every ``outputs`` is SQL NULL (COPY on PostgreSQL
+    once took that column for Arrow's null type and failed the write)."""
+    n = COPY_MIN_ROWS + 1
+    store.write([result(f"r{i}", status="rejected", outputs=None) for i in range(n)], [], [])
+
+    results = inference_results.c
+    with store.engine.connect() as conn:
+        nulls = conn.scalar(select(func.count()).where(results.outputs.is_(None)))
+    assert nulls == n and result_counts(store.engine) == {"rejected": n}
+
+
+@pytest.mark.parametrize("n", [3, COPY_MIN_ROWS + 10], ids=["few", "many"])
+def test_rows_as_columns_store_what_the_same_rows_store(store: ResultStore, n: int) -> None:
+    """``write_columns`` (a job's window) stores each row as ``write`` does: columns of one
+    value or of many, NULLs, a key given twice (the last row wins)."""
+    names = [f.name for f in fields(ResultRow)]
+    rows = [
+        result(
+            f"r{i}",
+            outputs=None if i == 1 else {"label": i, "text": "tab\there"},
+            source_offset=i,
+            error_message="x" if i % 2 else None,
+            compute_ms=i / 3,
+        )
+        for i in range(n)
+    ]
+    rows.append(result("r2", status="error", outputs=[2]))  # r2 again: this one is kept
+    store.write(rows, [drift(f"r{i}", i / 7, 0.5) for i in range(n)], [])
+    same = {"model", "model_version", "priority", "batch_id", "created_at", "total_ms"}
+    columns = RowColumns(
+        len(rows),
+        {
+            name: Same(getattr(rows[0], name))
+            if name in same
+            else [f"c{r.request_id}" if name == "request_id" else getattr(r, name) for r in rows]
+            for name in names
+        },
+    )
+    drift_rows = RowColumns.of_rows([drift(f"cr{i}", i / 7, 0.5) for i in range(n)], DRIFT)
+    store.write_columns(columns, drift_rows)
+
+    with store.engine.connect() as conn:
+        stored = {r.request_id: tuple(r)[1:] for r in conn.execute(select(inference_results))}
+        log = dict(conn.execute(select(inference_log.c.request_id, inference_log.c.error)).all())
+    assert len(stored) == 2 * n
+    assert all(stored[f"cr{i}"] == stored[f"r{i}"] for i in range(n))
+    assert stored["cr2"][names.index("status") - 1] == "error"
+    assert all(log[f"cr{i}"] == log[f"r{i}"] for i in range(n))

@@ -73,7 +73,7 @@ class ChunkRunner:
                 step = self.chunks.commit_window(
                     claim, window.start, result.counts, part, last=end >= claim.end
                 )
-                self._store.write(result.results, result.drift, [], also=step)
+                self._store.write_columns(result.results, result.drift, also=step)
                 checkpoint = end
             if checkpoint < claim.end:  # the input ended before the chunk's last row
                 empty = Part(checkpoint, 0, None, None)

@@ -176,8 +176,8 @@ class LocalJob:
     def _commit(self, parts: Parts, start: int, result: WindowResult) -> None:
         parts.write(start, result.table, result.errors)
         step = self._jobs.advance(self.name, start, result.counts)
-        self._store.write(
-            result.results, result.drift, [], also=step, generations=result.generations
+        self._store.write_columns(
+            result.results, result.drift, also=step, generations=result.generations
         )
 
 

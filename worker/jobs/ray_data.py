@@ -117,7 +117,7 @@ class Scorer:
                 later=len(batch),  # more batches to come, as far as this actor knows
             )
         if self._store is not None:
-            self._store.write(result.results, result.drift, [])
+            self._store.write_columns(result.results, result.drift)
         for error in result.errors:
             log.info("job %s: row %s: %s", self._job, error.get("row"), error["error"])
         return result.table

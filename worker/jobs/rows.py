@@ -7,7 +7,7 @@ for rows the model failed on, and a drift row for each labelled ``ok`` row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from consumers.contract import Priority, Status
 from consumers.errors import BadInput
-from storage import DriftRow, GenerationRow, ResultRow
+from storage import GenerationRow, ResultRow, RowColumns, Same
 from storage.jobs import WindowCounts
 from worker.jobs.batch_size import BatchSizer
 from worker.jobs.compute import Forward, Scored, score
@@ -31,8 +31,8 @@ from worker.models.generative_model import GenerativeModel
 class WindowResult:
     table: pa.Table
     errors: list[dict[str, Any]]
-    results: list[ResultRow]
-    drift: list[DriftRow]
+    results: RowColumns  # rows of inference_results
+    drift: RowColumns  # rows of inference_log
     counts: WindowCounts
     generations: list[GenerationRow]  # a generative model's rows of ``generations``
 
@@ -55,6 +55,10 @@ def window_result(
     scored = score(model, decoded.items, sizer, forward, later=later)
     labels = _numeric_labels(model.adapter, decoded, scored)
     return assembled(job, window, decoded, model, scored, labels, sql_results=sql_results)
+
+
+RESULT_COLUMNS = tuple(f.name for f in fields(ResultRow))
+NO_ROWS = RowColumns(0, {})
 
 
 @dataclass(slots=True)
@@ -92,21 +96,17 @@ def assembled(
         columns["id"] = decoded.ids.filter(pa.array(keep))
     table = output_table(columns, scored.columns, labels.truth)
 
-    results: list[ResultRow] = []
-    drift: list[DriftRow] = []
+    results = drift = NO_ROWS
     if sql_results:
         now = datetime.now(UTC)
-        results = _ok_rows(job, window, model, rows, scored, now)
-        results += [
+        failed = [
             error_row(job, window.start, model.name, model.version, e, now)
             for e in errors
             if e.row is not None
         ]
-        name, version = model.name, model.version
-        drift = [
-            DriftRow(f"{job}:{row}", name, version, out, exp, err, now)
-            for row, out, exp, err in labels.drift
-        ]
+        results = _ok_rows(job, window, model, rows, scored, now)
+        results += RowColumns.of_rows(failed, RESULT_COLUMNS)
+        drift = _drift_rows(job, model, labels.drift, now)
     counts = WindowCounts(
         len(window), len(errors), labels.labelled, labels.correct, labels.abs_error_sum
     )
@@ -168,35 +168,51 @@ def _ok_rows(
     rows: np.ndarray,
     scored: Scored,
     now: datetime,
-) -> list[ResultRow]:
+) -> RowColumns:
     compute_ms = round(scored.compute_s * 1000, 3)
-    batch_id, source = f"{job}@{window.start}", _source(job)
-    # Looked up once: per row, the enum and attribute lookups cost a microsecond.
-    name, version, ok, low = model.name, model.version, Status.OK.value, Priority.LOW.value
-    return [
-        ResultRow(
-            f"{job}:{row}",
-            name,
-            version,
-            ok,
-            low,
-            out,
-            None,
-            None,
-            0.0,
-            compute_ms,
-            compute_ms,
-            batch_id,
-            batch,
-            source,
-            0,
-            row,
-            now,
-        )
-        for row, out, batch in zip(
-            rows.tolist(), scored.to_json(), scored.batch_sizes.tolist(), strict=True
-        )
-    ]
+    ids = rows.tolist()
+    return RowColumns(
+        len(ids),
+        {
+            "request_id": [f"{job}:{row}" for row in ids],
+            "model": Same(model.name),
+            "model_version": Same(model.version),
+            "status": Same(Status.OK.value),
+            "priority": Same(Priority.LOW.value),
+            "outputs": scored.to_json(),
+            "error_code": Same(None),
+            "error_message": Same(None),
+            "queue_ms": Same(0.0),
+            "compute_ms": Same(compute_ms),
+            "total_ms": Same(compute_ms),
+            "batch_id": Same(f"{job}@{window.start}"),
+            "batch_size": scored.batch_sizes.tolist(),
+            "source_topic": Same(_source(job)),
+            "source_partition": Same(0),
+            "source_offset": ids,
+            "created_at": Same(now),
+        },
+    )
+
+
+def _drift_rows(
+    job: str, model: LoadedModel, pairs: list[tuple[int, float, float, float]], now: datetime
+) -> RowColumns:
+    if not pairs:
+        return NO_ROWS
+    rows, output, expected, error = zip(*pairs, strict=True)
+    return RowColumns(
+        len(rows),
+        {
+            "request_id": [f"{job}:{row}" for row in rows],
+            "model": Same(model.name),
+            "model_version": Same(model.version),
+            "output": output,
+            "expected": expected,
+            "error": error,
+            "created_at": Same(now),
+        },
+    )
 
 
 def error_row(
