@@ -85,7 +85,7 @@ import torch
 
 from consumers.contract import Priority
 from worker.demo.generative_model import generative_entry, write_generative_demo
-from worker.execution.generative.engine import Finished, Job
+from worker.execution.generative.sequences import Finished, Job
 from worker.execution.generative.runtime import engine_of
 from worker.models import ModelRegistry
 from worker.models.generative_model import GenerativeModel
