@@ -1,17 +1,18 @@
-"""``python -m bench.sql_rows``: how fast ``ResultStore.write`` stores a job's rows.
+"""``python -m bench.sql_rows``: how fast ``ResultStore.write_columns`` stores a job's rows.
 
 The rows are a local job's own: digits over ``--rows`` input rows, scored through the
 job path (``worker.jobs.rows.window_result``), one ``ok`` result row (outputs as the
 pre-serialized JSON a Kafka request gets) and one drift row per input row. They are
-built once; then each database gets them written in transactions of ``--window`` rows
-(repeat it: ``--window 4096,32768``; 32,768 is a numeric job's checkpoint window, 4,096
-the Ray Data bench's batch), timed per write, into a fresh SQLite file and a fresh
-PostgreSQL database: first as new rows, then the same rows again (every row a
-conflict: what a resumed window or a Ray batch run twice writes). Each pass is checked
-afterwards: one result and one drift row per id. The figure is input rows per second
-of ``write`` alone (binding, driver, database), the median of ``--rounds`` rounds; beside
-it, the CPU time per input row of this process (building the statements' data) and, on
-a PostgreSQL server on this machine, of the connection's backend process (storing it):
+built once, as columns (as a job builds them); then each database gets them written in
+transactions of ``--window`` rows (repeat it: ``--window 4096,32768``; 32,768 is a
+numeric job's checkpoint window, 4,096 the Ray Data bench's batch), timed per write,
+into a fresh SQLite file and a fresh PostgreSQL database: first as new rows, then the
+same rows again (every row a conflict: what a resumed window or a Ray batch run twice
+writes). Each pass is checked afterwards: one result and one drift row per id. The
+figure is input rows per second of ``write_columns`` alone (binding, driver, database),
+the median of ``--rounds`` rounds; beside it, the CPU time per input row of this process
+(building the statements' data) and, on a PostgreSQL server on this machine, of the
+connection's backend process (storing it):
 those two move less than the rate when other work shares the machine.
 """
 
@@ -33,7 +34,7 @@ import pyarrow.parquet as pq
 
 from bench.jobs import digits_parquet
 from bench.jobs_scaleout import pg_database, stored_rows
-from storage import DriftRow, ResultRow, ResultStore
+from storage import ResultStore, RowColumns, Same
 from worker.cli.registry import load_registry
 from worker.demo.models import ensure_demo_models
 from worker.execution.aside import submit_rows
@@ -44,7 +45,7 @@ from worker.jobs.rows import window_result
 from worker.jobs.sources import Window
 
 
-def job_rows(rows: int) -> tuple[list[ResultRow], list[DriftRow]]:
+def job_rows(rows: int) -> tuple[RowColumns, RowColumns]:
     """A digits job's result and drift rows for ``rows`` input rows, one window."""
     registry = load_registry(ensure_demo_models())
     model = registry.get("digits")
@@ -57,7 +58,7 @@ def job_rows(rows: int) -> tuple[list[ResultRow], list[DriftRow]]:
     forward = partial(submit_rows, executor.submit, "digits")
     result = window_result("bench", window, decoded, model, sizer, forward)
     executor.shutdown()
-    assert len(result.results) == len(result.drift) == rows
+    assert result.results.length == result.drift.length == rows
     return result.results, result.drift
 
 
@@ -71,24 +72,29 @@ def database(kind: str) -> Iterator[str]:
         yield f"sqlite:///{Path(tmp) / 'rows.db'}"
 
 
+def _part(rows: RowColumns, start: int, end: int) -> RowColumns:
+    columns = {k: v if isinstance(v, Same) else v[start:end] for k, v in rows.columns.items()}
+    return RowColumns(min(end, rows.length) - start, columns)
+
+
 def _written(
-    store: ResultStore, results: list[ResultRow], drift: list[DriftRow], n: int
+    store: ResultStore, results: RowColumns, drift: RowColumns, n: int
 ) -> dict[str, float | None]:
     """Rows per second of writing ``results`` and ``drift`` in transactions of ``n`` rows,
     and CPU microseconds per row here and in PostgreSQL's backend."""
     backend = _backend_pid(store)
     spent = client = server = 0.0
-    for start in range(0, len(results), n):
-        part, part_drift = results[start : start + n], drift[start : start + n]
+    for start in range(0, results.length, n):
+        part, part_drift = _part(results, start, start + n), _part(drift, start, start + n)
         started, cpu, served = time.perf_counter(), time.process_time(), _cpu_s(backend)
-        store.write(part, part_drift, [])
+        store.write_columns(part, part_drift)
         spent += time.perf_counter() - started
         client += time.process_time() - cpu
         server += _cpu_s(backend) - served
     return {
-        "rows_per_s": round(len(results) / spent),
-        "client_us_per_row": round(client * 1e6 / len(results), 1),
-        "server_us_per_row": round(server * 1e6 / len(results), 1) if backend else None,
+        "rows_per_s": round(results.length / spent),
+        "client_us_per_row": round(client * 1e6 / results.length, 1),
+        "server_us_per_row": round(server * 1e6 / results.length, 1) if backend else None,
     }
 
 
@@ -110,17 +116,15 @@ def _cpu_s(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-def one_pass(
-    kind: str, window: int, rows: tuple[list[ResultRow], list[DriftRow]]
-) -> dict[str, Any]:
+def one_pass(kind: str, window: int, rows: tuple[RowColumns, RowColumns]) -> dict[str, Any]:
     results, drift = rows
     with database(kind) as url:
         with ResultStore(url) as store:  # migrated here, before the timing
             new = _written(store, results, drift, window)
             again = _written(store, results, drift, window)
         stored = stored_rows(url)
-    if stored != (len(results),) * 3:
-        raise AssertionError(f"{kind}: stored (rows, ids, drift rows) {stored}, not {len(results)}")
+    if stored != (results.length,) * 3:
+        raise AssertionError(f"{kind}: stored (rows, ids, drift) {stored}, not {results.length}")
     return {
         **{f"new_{what}": value for what, value in new.items()},
         **{f"rewritten_{what}": value for what, value in again.items()},
