@@ -97,7 +97,11 @@ class EmbeddedBroker:
     def wait(self) -> int:
         """Block until the broker exits (``inferlane broker`` in the foreground)."""
         assert self._proc is not None
-        return self._proc.wait()
+        # In short waits: a Ctrl-C the kernel hands to another thread of this process
+        # only sets Python's flag, and a wait with no end would never see it.
+        while True:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return self._proc.wait(timeout=0.2)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
