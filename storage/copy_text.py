@@ -87,20 +87,14 @@ class CopyText:
         try:
             if isinstance(values, Same):
                 return pa.repeat(_text(kind, [values.value])[0], length)
-            # Most of a job's columns hold one value in every row: formatted once. (Not
+            # A column of rows often holds one value in every row: formatted once. (Not
             # JSON: equal values, such as 1 and 1.0, may be written differently.)
-            if kind is not _Kind.JSON and _all_equal(values):
+            if kind is not _Kind.JSON and values.count(values[0]) == len(values):
                 return pa.repeat(_text(kind, values[:1])[0], length)
             return _text(kind, values)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             # A value its column cannot hold, as the database would refuse it.
             raise RowsRefused(f"column {name}: {exc}") from exc
-
-
-def _all_equal(values: Sequence[Any]) -> bool:
-    if isinstance(values, np.ndarray):
-        return bool((values == values[0]).all())
-    return values.count(values[0]) == len(values)  # a tuple's or a list's own count
 
 
 def _text(kind: _Kind | pa.DataType, values: Sequence[Any]) -> pa.Array:
