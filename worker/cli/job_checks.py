@@ -11,7 +11,7 @@ import pyarrow.fs as pafs
 
 from worker.cli.errors import UsageFailed
 from worker.jobs.params import JobParams
-from worker.jobs.sources import filesystem, format_of, is_uri, windows
+from worker.jobs.sources import check_columns, filesystem, format_of, is_uri
 
 
 def check_job(params: JobParams, models: Path | None, *, distributed: bool = False) -> None:
@@ -33,7 +33,7 @@ def check_job(params: JobParams, models: Path | None, *, distributed: bool = Fal
     except ValueError as exc:
         raise UsageFailed(f"--input {exc}") from None
     try:
-        next(windows(source, 1, start=0, columns=params.columns.names), None)
+        check_columns(source, params.columns.names)
     except ValueError as exc:  # a column named that the file does not have
         raise UsageFailed(
             f"--input {exc}", "name the columns with --input-column, --id-column, --label-column"

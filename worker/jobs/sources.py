@@ -131,11 +131,28 @@ class _Span:
     end: int | None  # the row to stop at; None: the end of the input
 
 
-def _parquet_batches(path: Source, span: _Span, columns: list[str]) -> Iterator[pa.RecordBatch]:
-    file = parquet_file(path)
-    missing = sorted(set(columns) - set(file.schema_arrow.names))
+def check_columns(path: Source, columns: list[str]) -> None:
+    """``ValueError`` naming the columns a Parquet or CSV input lacks; reads the footer
+    or the header line only (a JSONL row names its own fields)."""
+    kind = format_of(path)
+    if kind == "jsonl":
+        return
+    names = parquet_file(path).schema_arrow.names if kind == "parquet" else _csv_header(path)
+    missing = sorted(set(columns) - set(names))
     if missing:
         raise ValueError(f"{path}: no column {', '.join(missing)}")
+
+
+def _csv_header(path: Source) -> list[str]:
+    fs, where = filesystem(path)
+    with fs.open_input_stream(where) as raw:
+        header = io.TextIOWrapper(io.BufferedReader(raw), newline="").readline()
+    return next(csv.reader([header]), [])
+
+
+def _parquet_batches(path: Source, span: _Span, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    check_columns(path, columns)
+    file = parquet_file(path)
     # Only the row groups that hold rows start .. end; the rest is cut in ``_rewindow``.
     groups: list[int] = []
     skipped = first = 0
@@ -161,13 +178,8 @@ def _csv_batches(
         )
         return "skip"
 
+    check_columns(path, columns)
     fs, where = filesystem(path)
-    with fs.open_input_stream(where) as raw:
-        header = io.TextIOWrapper(io.BufferedReader(raw), newline="").readline()
-    names = next(csv.reader([header]), [])
-    missing = sorted(set(columns) - set(names))
-    if missing:
-        raise ValueError(f"{path}: no column {', '.join(missing)}")
     # Strings first: a column inferred as numbers from its first block would fail the
     # whole read at the first bad value further down; each window converts its own.
     reader = pacsv.open_csv(
@@ -178,7 +190,10 @@ def _csv_batches(
             include_columns=columns, column_types={c: pa.string() for c in columns}
         ),
     )
-    yield from reader
+    # Closed here, not by the collector: a chunk stops reading before the file's end, and a
+    # reader still open at interpreter exit aborts the process (its read-ahead thread).
+    with reader:
+        yield from reader
 
 
 def _rewindow(
