@@ -53,7 +53,16 @@ inference_results = Table(
     Column("source_offset", BigInteger, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index(None, "model", "created_at"),
-    Index(None, "status"),
+)
+
+# Partial (migration 0008): the few results that did not succeed, by model and time;
+# an ``ok`` row, nearly every one, costs no index insert here.
+Index(
+    "ix_inference_results_failed",
+    inference_results.c.model,
+    inference_results.c.created_at,
+    sqlite_where=text("status <> 'ok'"),
+    postgresql_where=text("status <> 'ok'"),
 )
 
 inference_log = Table(

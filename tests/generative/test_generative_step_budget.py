@@ -1,7 +1,8 @@
-"""The step's token budget beside a live high sequence (``high_tokens`` and
+"""The step's token budget beside a live high sequence (``high_demand`` and
 ``step_tokens_for``, pure deciders):
 a step that runs cannot be preempted, so while a high request is live the lower lanes
-get at most ``BESIDE_HIGH_TOKENS`` beside its own tokens."""
+get at most ``BESIDE_HIGH_TOKENS`` beside its own tokens, and none while a high prompt
+is computed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from transformers.generation.continuous_batching.requests import RequestState
 
 from worker.execution.generative.step_scheduler import (
     BESIDE_HIGH_TOKENS,
-    high_tokens,
+    high_demand,
     step_tokens_for,
 )
 
@@ -17,7 +18,7 @@ BUDGET = 256
 
 
 def step_tokens(ranked: list[tuple[int, RequestState]], token_budget: int) -> int:
-    return step_tokens_for(high_tokens(ranked), token_budget)
+    return step_tokens_for(high_demand(ranked), token_budget)
 
 
 def _waiting(request_id: str, prompt: int) -> RequestState:
@@ -45,9 +46,14 @@ def test_high_sequences_alone_keep_the_whole_budget() -> None:
     assert step_tokens([(0, _waiting("h", 40)), (0, _decoding("h2"))], BUDGET) == BUDGET
 
 
-def test_a_waiting_high_prompt_gets_its_tokens_and_the_rest_a_few() -> None:
+def test_a_waiting_high_prompt_runs_without_lower_lanes_beside_it() -> None:
     ranked = [*_lows(200), (0, _waiting("h", 40))]
-    assert step_tokens(ranked, BUDGET) == 40 + BESIDE_HIGH_TOKENS
+    assert step_tokens(ranked, BUDGET) == 40
+
+
+def test_decoding_high_sequences_beside_a_waiting_one_count_in_its_step() -> None:
+    ranked = [(0, _decoding("h1")), *_lows(200), (0, _waiting("h2", 40))]
+    assert step_tokens(ranked, BUDGET) == 41
 
 
 def test_decoding_high_sequences_count_one_token_each() -> None:

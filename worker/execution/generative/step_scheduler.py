@@ -6,11 +6,12 @@ lane by lane (high, normal, low; within a lane, running sequences before new one
 oldest first) within the step's token budget; while lanes contend (some candidate was
 left out of the last step), a lane below its share goes first (``LaneShares``, as for
 batches), except ahead of high sequences whose cut budget leaves the lower lanes their
-``BESIDE_HIGH_TOKENS``. A waiting request of a higher lane whose prompt finds no free KV blocks
-preempts the newest sequences of lower lanes. A preempted sequence is requeued with
-its generated tokens folded into its prompt (the engine's own "soft reset"): it
-resumes by recomputing its KV, and its next tokens are the ones it would have
-produced (``sampling`` makes a seeded draw depend on the token's index only).
+``BESIDE_HIGH_TOKENS``. While a high sequence still has prompt tokens to compute (its
+first token is due), the step runs high sequences only. A waiting request of a higher
+lane whose prompt finds no free KV blocks preempts the newest sequences of lower lanes.
+A preempted sequence is requeued with its generated tokens folded into its prompt (the
+engine's own "soft reset"): it resumes by recomputing its KV, and its next tokens are
+the ones it would have produced (``sampling`` makes a seeded draw depend on the token's index only).
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from worker.execution.torch_threads import set_torch_threads
 from worker.scheduling.lanes import LANE_ORDER
 from worker.scheduling.shares import LaneShares
 
-# Lower lanes' tokens in a step beside a live high sequence: a step's time grows with
-# its sequences (on CPU, 192 live ones made a 330 ms step of a 7 ms-a-token model).
-BESIDE_HIGH_TOKENS = 64
+# Lower lanes' tokens in a step beside a decoding high sequence: a step's time grows
+# with its sequences (on CPU, with a 7 ms-a-token model and contexts of a few hundred
+# tokens: 192 sequences ~350 ms, 65 ~90 ms, 33 ~65 ms).
+BESIDE_HIGH_TOKENS = 32
 # A request the book does not know (never the case in the worker) counts as normal.
 _UNKNOWN = (LANE_ORDER.index(Priority.NORMAL), 0)
 Schedule = tuple[list[FutureRequestState] | None, bool, int, int]
@@ -88,13 +90,13 @@ class LaneStepScheduler(Scheduler):
             self._preempt_for(min(self.waiting_requests.values(), key=self.book.key))
         states = [*self.active_requests.values(), *self.waiting_requests.values()]
         keys = {s.request_id: self.book.key(s) for s in states}  # (rank, arrival), once
-        high = high_tokens([(keys[s.request_id][0], s) for s in states])
+        high = high_demand([(keys[s.request_id][0], s) for s in states])
         budget = step_tokens_for(high, token_budget)
         # While the cut budget leaves the lower lanes their tokens beside high ones, the
         # high sequences go first (a lower lane owed its share would otherwise fill the
         # cut budget and hold a high prompt out, step after step); the shares decide
         # the order of the lanes below them.
-        high_first = high is not None and high + BESIDE_HIGH_TOKENS <= token_budget
+        high_first = high is not None and high.tokens + BESIDE_HIGH_TOKENS <= token_budget
         first = self._owed_rank({rank for rank, _ in keys.values()})
 
         def place(rank: int) -> int:
@@ -150,21 +152,31 @@ class LaneStepScheduler(Scheduler):
             self.clock.preempt()
 
 
-def high_tokens(ranked: list[tuple[int, RequestState]]) -> int | None:
+@dataclass(frozen=True, slots=True)
+class HighDemand:
+    """The high sequences' share of the next step, while lower lanes have candidates."""
+
+    tokens: int  # each one's prompt tokens left to compute, or one
+    prefilling: bool  # some have prompt tokens left: their first token is due
+
+
+def high_demand(ranked: list[tuple[int, RequestState]]) -> HighDemand | None:
     """Of candidates with their lane ranks: while high sequences (rank 0) are live
-    beside lower ones, their tokens in the next step (each one's prompt left to
-    compute, or one); None otherwise."""
+    beside lower ones, what they need of the next step; None otherwise."""
     ranks = [rank for rank, _ in ranked]
     if 0 not in ranks or max(ranks) == 0:
         return None
-    return sum(max(1, len(s.remaining_prefill_tokens)) for rank, s in ranked if rank == 0)
+    prompts = [len(s.remaining_prefill_tokens) for rank, s in ranked if rank == 0]
+    return HighDemand(sum(max(1, n) for n in prompts), any(prompts))
 
 
-def step_tokens_for(high: int | None, token_budget: int) -> int:
-    """The step's tokens: beside live high sequences (``high``: their tokens), theirs
-    and at most ``BESIDE_HIGH_TOKENS`` more, so that a step (which nothing preempts
-    once it runs) stays short while high requests wait on each one."""
-    return token_budget if high is None else min(token_budget, high + BESIDE_HIGH_TOKENS)
+def step_tokens_for(high: HighDemand | None, token_budget: int) -> int:
+    """The step's tokens: beside live high sequences, theirs and at most
+    ``BESIDE_HIGH_TOKENS`` more, none while a high prompt is computed, so that a step
+    (which nothing preempts once it runs) stays short while high requests wait on it."""
+    if high is None:
+        return token_budget
+    return min(token_budget, high.tokens + (0 if high.prefilling else BESIDE_HIGH_TOKENS))
 
 
 _names = itertools.count()
