@@ -8,6 +8,7 @@ those with a count of record batches) and has seen every id, or until a timeout.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -97,14 +98,15 @@ class ResultsReader:
                 missing = [i for i in wanted if i not in found]
                 return Lookup(found, missing, read, elapsed)
 
-    def follow(self) -> Iterator[ReadBack]:
-        """Each record that arrives from now on, until the caller stops; the topics'
-        current ends are found before this returns."""
+    def follow(self, stop: threading.Event | None = None) -> Iterator[ReadBack]:
+        """Each record that arrives from now on, until the caller stops or ``stop`` is
+        set (seen within half a second); the topics' current ends are found before
+        this returns."""
         skip_to_end(self._consumer, self._tps)
-        return self._arriving()
+        return self._arriving(stop or threading.Event())
 
-    def _arriving(self) -> Iterator[ReadBack]:
-        while True:
+    def _arriving(self, stop: threading.Event) -> Iterator[ReadBack]:
+        while not stop.is_set():
             for records in self._consumer.poll(timeout_ms=500).values():
                 yield from self._read_backs(records)
 

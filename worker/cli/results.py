@@ -3,7 +3,8 @@ dead-letter topics, by request id or following the topics."""
 
 from __future__ import annotations
 
-import contextlib
+import signal
+import threading
 from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
@@ -55,12 +56,18 @@ def results(
         security=security,
     ) as reader:
         if follow:
-            with contextlib.suppress(KeyboardInterrupt):
-                arriving = reader.follow()
+            # Ctrl-C sets a flag that the reading loop checks between polls, instead of
+            # raising wherever the Kafka client happens to be.
+            stop = threading.Event()
+            previous = signal.signal(signal.SIGINT, lambda _sig, _frame: stop.set())
+            try:
+                arriving = reader.follow(stop)
                 typer.echo(f"following {topics.results} and {topics.dead_letters}", err=True)
                 for back in arriving:
                     if not request_ids or back.request_id in request_ids:
                         _show(back, json)
+            finally:
+                signal.signal(signal.SIGINT, previous)
             return
         lookup = reader.find(request_ids or [], timeout_s=timeout_s)
     for rid in request_ids or []:
