@@ -138,6 +138,10 @@ def check_columns(path: Source, columns: list[str]) -> None:
     if kind == "jsonl":
         return
     names = parquet_file(path).schema_arrow.names if kind == "parquet" else _csv_header(path)
+    _require(path, names, columns)
+
+
+def _require(path: Source, names: list[str], columns: list[str]) -> None:
     missing = sorted(set(columns) - set(names))
     if missing:
         raise ValueError(f"{path}: no column {', '.join(missing)}")
@@ -151,8 +155,8 @@ def _csv_header(path: Source) -> list[str]:
 
 
 def _parquet_batches(path: Source, span: _Span, columns: list[str]) -> Iterator[pa.RecordBatch]:
-    check_columns(path, columns)
     file = parquet_file(path)
+    _require(path, file.schema_arrow.names, columns)
     # Only the row groups that hold rows start .. end; the rest is cut in ``_rewindow``.
     groups: list[int] = []
     skipped = first = 0

@@ -11,7 +11,8 @@ first token is due), the step runs high sequences only. A waiting request of a h
 lane whose prompt finds no free KV blocks preempts the newest sequences of lower lanes.
 A preempted sequence is requeued with its generated tokens folded into its prompt (the
 engine's own "soft reset"): it resumes by recomputing its KV, and its next tokens are
-the ones it would have produced (``sampling`` makes a seeded draw depend on the token's index only).
+the ones it would have produced (``sampling`` makes a seeded draw depend on the
+token's index only).
 """
 
 from __future__ import annotations
