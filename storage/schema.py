@@ -57,12 +57,13 @@ inference_results = Table(
 
 # Partial (migration 0008): the few results that did not succeed, by model and time;
 # an ``ok`` row, nearly every one, costs no index insert here.
+FAILED_PREDICATE = "status <> 'ok'"
 Index(
     "ix_inference_results_failed",
     inference_results.c.model,
     inference_results.c.created_at,
-    sqlite_where=text("status <> 'ok'"),
-    postgresql_where=text("status <> 'ok'"),
+    sqlite_where=text(FAILED_PREDICATE),
+    postgresql_where=text(FAILED_PREDICATE),
 )
 
 inference_log = Table(
